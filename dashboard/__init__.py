@@ -1,0 +1,1 @@
+"""The specd dashboard (Streamlit). Never imports torch."""

@@ -1,0 +1,1 @@
+"""The specd operator (kopf): reconciles SpeculativeService objects. Never imports torch."""

