@@ -1,0 +1,1 @@
+"""Drafters: the nets (nets.py) and their artifacts (artifacts.py)."""

@@ -1,0 +1,417 @@
+"""Drafter networks for the embedded target (SmolLM2-135M-Instruct and any Llama-like model).
+
+How the engine calls each net
+=============================
+
+Positions. After a verify pass the engine knows, for each request, the target's final hidden
+state ``hidden`` at the last verified position p (the output of the target's final RMSNorm,
+i.e. the row that feeds ``lm_head``; ``target.model.model(...).last_hidden_state[:, p]``),
+and the token committed from it, ``last_token`` = x[p+1] (the bonus / correction token, not
+yet run through the target). A drafter proposes x[p+2], ..., x[p+1+k]. The next verify pass
+feeds ``[last_token, d_1, ..., d_k]`` to the target, exactly as in Medusa / EAGLE engines.
+
+Binding. Drafters reuse the target's frozen token embedding and LM head and never store them:
+``load_drafter(name, target)`` (``specd.worker.drafters.artifacts``) returns a net already
+bound (``net.bind(target)``), on the target's device and dtype, in eval mode. Every net's
+output projection is the target's LM head restricted to ``vocab_ids`` (the frequent part of
+the vocabulary, always including EOS): it cuts drafting cost several-fold on CPU and the
+distributions stay exact (the draft distribution simply has no mass outside ``vocab_ids``).
+
+Proposals. Every net returns a ``Draft``:
+  * ``tokens``     LongTensor  [B, k]    draft token ids (full-vocabulary ids);
+  * ``q``          FloatTensor [B, k, V] the exact distribution each token was drawn from,
+                   over the target's full vocabulary V: one-hot for greedy drafting
+                   (``temperature == 0``), ``softmax(logits / temperature)`` when sampling;
+                   use this q, and no other, in the speculative-sampling ratio p/q;
+  * ``confidence`` FloatTensor [B, k]    predicted probability that position i is accepted
+                   given all earlier positions were (calibrated where the artifact carries
+                   calibration; the scheduler's survival is S(i) = prod_{j<=i} confidence).
+
+  ParallelHeads (Scheme A, Medusa-style), one pass, no state::
+
+      draft = heads.propose(hidden, last_token, k, temperature=0.0, generator=None)
+
+    ``last_token`` is accepted for a uniform interface and ignored (heads read h_p only).
+    k <= heads.num_positions. Confidence = the head's max probability, Platt-calibrated
+    per position.
+
+  SemiARDrafter (Scheme B), one call, no state kept between calls::
+
+      draft = semi.propose(hidden, last_token, k, temperature=0.0, generator=None)
+
+    Internally: a parallel backbone fuses h_p with the embedding of x[p+1] and gives every
+    position its own state; a GRU cell (the lightweight sequential head, ReDrafter/Hydra
+    family) walks the embeddings of x[p+1], d_1, ..., d_{k-1} so position i conditions on
+    the draft tokens before it; a confidence head reads position i's state and its draft
+    distribution's statistics (max prob, entropy, margin) and predicts acceptance of i,
+    calibrated per position (Platt scaling, ``calib_a``/``calib_b`` buffers).
+
+  DraftLM (the classic independent small draft model) keeps its own KV cache, which the
+  engine owns and rolls back (``cache.crop(n)``)::
+
+      out = draft_lm(input_ids, past_key_values=cache, use_cache=True)
+      # out.logits [B, T, V] (full vocabulary, -inf outside vocab_ids), out.past_key_values
+
+      draft, cache = draft_lm.propose(new_ids, cache, k, temperature=0.0, generator=None)
+      # new_ids [B, T>=1]: committed tokens the draft cache has not seen yet (at least
+      # last_token); afterwards the cache holds them plus d_1..d_{k-1}: after verification
+      # crop it back to the committed length. Confidence = max prob (calibrated).
+
+    Input embeddings are the target's (looked up, never stored); the transformer layers
+    (a tiny Llama: 2-4 layers, hidden = the target's) are the draft model's own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+METHODS = ("parallel", "semi-ar", "draft-model")
+
+
+@dataclass
+class Draft:
+    """One round's proposal for a batch: see the module docstring."""
+
+    tokens: torch.Tensor  # [B, k] long
+    q: torch.Tensor  # [B, k, V] float: the exact distribution each token was drawn from
+    confidence: torch.Tensor  # [B, k] float in [0, 1]
+
+
+def target_parts(target: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(embedding weight [V, H], lm_head weight [V, H]) of a LoadedModel or a HF causal LM."""
+    model = target.model if hasattr(target, "tokenizer") else target  # LoadedModel or HF model
+    if hasattr(model, "get_input_embeddings") and getattr(model, "get_output_embeddings",
+                                                          lambda: None)() is not None:
+        return model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    raise TypeError("target must be a LoadedModel or a transformers causal LM")
+
+
+def sample_from_logits(sub_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int,
+                       temperature: float, generator: torch.Generator | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick tokens from sub-vocabulary logits [B, Vs]; return (ids [B], q [B, V] full vocab).
+
+    Greedy (temperature 0) returns a one-hot q; sampling returns softmax(logits / T), the
+    exact distribution the token was drawn from.
+    """
+    batch = sub_logits.shape[0]
+    q = sub_logits.new_zeros(batch, vocab_size, dtype=torch.float32)
+    if temperature <= 0.0:
+        sub_idx = sub_logits.argmax(dim=-1)
+        ids = vocab_ids[sub_idx]
+        q.scatter_(1, ids[:, None], 1.0)
+        return ids, q
+    probs = torch.softmax(sub_logits.float() / temperature, dim=-1)
+    sub_idx = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    ids = vocab_ids[sub_idx]
+    q.scatter_(1, vocab_ids[None, :].expand(batch, -1), probs)
+    return ids, q
+
+
+def distribution_stats(sub_logits: torch.Tensor) -> torch.Tensor:
+    """[..., Vs] logits -> [..., 3] (max prob, normalised entropy, top1-top2 margin)."""
+    logp = torch.log_softmax(sub_logits.float(), dim=-1)
+    p = logp.exp()
+    top2 = p.topk(2, dim=-1).values
+    entropy = -(p * logp).sum(-1) / math.log(sub_logits.shape[-1])
+    return torch.stack([top2[..., 0], entropy, top2[..., 0] - top2[..., 1]], dim=-1)
+
+
+class ResBlock(nn.Module):
+    """x + SiLU(W x + b), W zero-initialised so a fresh block is the identity (Medusa)."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.silu(self.linear(x))
+
+
+class _BoundHead(nn.Module):
+    """Shared machinery: the target's embedding and a vocab-restricted copy of its LM head.
+
+    Neither is a parameter or a persistent buffer, so artifacts never store target weights.
+    """
+
+    def __init__(self, vocab_ids: torch.Tensor, vocab_size: int, num_positions: int) -> None:
+        super().__init__()
+        self.vocab_size = int(vocab_size)
+        self.num_positions = int(num_positions)
+        self.register_buffer("vocab_ids", vocab_ids.long().clone())
+        # per-position Platt calibration of the confidence logit: sigmoid(a * z + b)
+        self.register_buffer("calib_a", torch.ones(num_positions))
+        self.register_buffer("calib_b", torch.zeros(num_positions))
+        self.register_buffer("sub_head", torch.empty(0), persistent=False)
+        self.register_buffer("embed_weight", torch.empty(0), persistent=False)
+
+    @property
+    def bound(self) -> bool:
+        return self.sub_head.numel() > 0
+
+    def bind(self, target: Any) -> _BoundHead:
+        """Attach the target's frozen embedding and LM head rows; move to its device/dtype."""
+        embed, head = target_parts(target)
+        if head.shape[0] != self.vocab_size:
+            raise ValueError(f"target vocabulary {head.shape[0]} != drafter's {self.vocab_size}")
+        self.to(device=head.device, dtype=head.dtype)
+        self.vocab_ids = self.vocab_ids.to(head.device)
+        self.sub_head = head.detach()[self.vocab_ids].contiguous()
+        self.embed_weight = embed.detach()  # shared, not copied
+        return self
+
+    def _check_bound(self) -> None:
+        if not self.bound:
+            raise RuntimeError(f"{type(self).__name__} is not bound to a target: call .bind(target)")
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Hidden [..., H] -> sub-vocabulary logits [..., Vs] through the target's LM head."""
+        return F.linear(x, self.sub_head)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.embed_weight)
+
+    def calibrate(self, conf_logit: torch.Tensor) -> torch.Tensor:
+        """Raw confidence logits [B, k] -> calibrated probabilities [B, k]."""
+        k = conf_logit.shape[-1]
+        # positions past the calibrated range reuse the last position's parameters
+        idx = torch.arange(k, device=conf_logit.device).clamp(max=self.num_positions - 1)
+        return torch.sigmoid(self.calib_a[idx] * conf_logit.float() + self.calib_b[idx])
+
+    def sub_index(self) -> torch.Tensor:
+        """Full-vocab id -> sub-vocab index (-1 outside), for training targets."""
+        table = torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.vocab_ids.device)
+        table[self.vocab_ids] = torch.arange(len(self.vocab_ids), device=self.vocab_ids.device)
+        return table
+
+
+def _max_prob_logit(sub_logits: torch.Tensor) -> torch.Tensor:
+    """logit(max prob) of sub-vocab logits: the raw confidence of heads without a conf net."""
+    p = torch.softmax(sub_logits.float(), dim=-1).amax(-1).clamp(1e-6, 1 - 1e-6)
+    return torch.log(p) - torch.log1p(-p)
+
+
+class ParallelHeads(_BoundHead):
+    """Scheme A: K independent Medusa heads on h_p; head i predicts x[p+1+i]."""
+
+    def __init__(self, hidden_size: int, num_positions: int, vocab_ids: torch.Tensor,
+                 vocab_size: int, num_layers: int = 1) -> None:
+        super().__init__(vocab_ids, vocab_size, num_positions)
+        self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
+                       "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
+                       "num_layers": num_layers}
+        self.heads = nn.ModuleList(
+            nn.Sequential(*[ResBlock(hidden_size) for _ in range(num_layers)])
+            for _ in range(num_positions))
+
+    def forward(self, hidden: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        """hidden [B, H] -> sub-vocabulary logits [B, k, Vs] (k defaults to all heads)."""
+        self._check_bound()
+        k = self.num_positions if k is None else k
+        states = torch.stack([self.heads[i](hidden) for i in range(k)], dim=1)
+        return self.project(states)
+
+    @torch.no_grad()
+    def propose(self, hidden: torch.Tensor, last_token: torch.Tensor | None, k: int,
+                temperature: float = 0.0, generator: torch.Generator | None = None) -> Draft:
+        if not 1 <= k <= self.num_positions:
+            raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
+        logits = self.forward(hidden.to(self.sub_head.dtype), k)
+        tokens, qs = [], []
+        for i in range(k):
+            ids, q = sample_from_logits(logits[:, i], self.vocab_ids, self.vocab_size,
+                                        temperature, generator)
+            tokens.append(ids)
+            qs.append(q)
+        conf = self.calibrate(_max_prob_logit(logits))
+        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), conf)
+
+
+class SemiARDrafter(_BoundHead):
+    """Scheme B: parallel backbone + GRU sequential head + confidence head.
+
+    Backbone (parallel over positions): z = h + SiLU(W [h ; norm(e(x[p+1]))]); position i's
+    base state s_i = z + P_i. Sequential head: g_0 = tanh(G z); g_i = GRU(norm(e(prev_i)),
+    g_{i-1}) with prev_1 = x[p+1], prev_i = d_{i-1}; o_i = ResBlock(s_i + U g_i);
+    logits_i = lm_head_sub(o_i). Confidence: MLP([V o_i ; stats(logits_i) ; onehot(i)]) on
+    detached inputs, so it predicts acceptance without bending the drafter.
+    """
+
+    def __init__(self, hidden_size: int, num_positions: int, vocab_ids: torch.Tensor,
+                 vocab_size: int, gru_size: int = 256, conf_size: int = 64) -> None:
+        super().__init__(vocab_ids, vocab_size, num_positions)
+        self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
+                       "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
+                       "gru_size": gru_size, "conf_size": conf_size}
+        h = hidden_size
+        self.tok_norm = nn.RMSNorm(h, eps=1e-5)
+        self.fuse = nn.Linear(2 * h, h)
+        nn.init.zeros_(self.fuse.weight)
+        nn.init.zeros_(self.fuse.bias)
+        self.pos = nn.Parameter(torch.zeros(num_positions, h))
+        self.g0 = nn.Linear(h, gru_size)
+        self.gru = nn.GRUCell(h, gru_size)
+        self.up = nn.Linear(gru_size, h)
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+        self.block = ResBlock(h)
+        self.block2 = ResBlock(h)
+        self.conf_proj = nn.Linear(h, conf_size)
+        self.conf_mlp = nn.Sequential(nn.Linear(conf_size + 3 + num_positions, conf_size),
+                                      nn.SiLU(), nn.Linear(conf_size, 1))
+
+    def _backbone(self, hidden: torch.Tensor, last_token: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        e = self.tok_norm(self.embed(last_token))
+        z = hidden + F.silu(self.fuse(torch.cat([hidden, e], dim=-1)))
+        return z, torch.tanh(self.g0(z))
+
+    def _position(self, z: torch.Tensor, g: torch.Tensor, i: int) -> torch.Tensor:
+        return self.block2(self.block(z + self.pos[i] + self.up(g)))
+
+    def _confidence_logit(self, state: torch.Tensor, sub_logits: torch.Tensor, i: int
+                          ) -> torch.Tensor:
+        onehot = state.new_zeros(state.shape[0], self.num_positions)
+        onehot[:, i] = 1.0
+        feats = torch.cat([self.conf_proj(state.detach()),
+                           distribution_stats(sub_logits.detach()).to(state.dtype), onehot], -1)
+        return self.conf_mlp(feats).squeeze(-1)
+
+    def forward(self, hidden: torch.Tensor, prev_tokens: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced pass. prev_tokens [B, k]: x[p+1], then the tokens before each position.
+
+        Returns (sub-vocabulary logits [B, k, Vs], raw confidence logits [B, k]).
+        """
+        self._check_bound()
+        z, g = self._backbone(hidden, prev_tokens[:, 0])
+        logits, confs = [], []
+        for i in range(prev_tokens.shape[1]):
+            g = self.gru(self.tok_norm(self.embed(prev_tokens[:, i])), g)
+            state = self._position(z, g, i)
+            sub = self.project(state)
+            logits.append(sub)
+            confs.append(self._confidence_logit(state, sub, i))
+        return torch.stack(logits, 1), torch.stack(confs, 1)
+
+    @torch.no_grad()
+    def propose(self, hidden: torch.Tensor, last_token: torch.Tensor, k: int,
+                temperature: float = 0.0, generator: torch.Generator | None = None) -> Draft:
+        self._check_bound()
+        if not 1 <= k <= self.num_positions:
+            raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
+        z, g = self._backbone(hidden.to(self.sub_head.dtype), last_token)
+        prev = last_token
+        tokens, qs, confs = [], [], []
+        for i in range(k):
+            g = self.gru(self.tok_norm(self.embed(prev)), g)
+            state = self._position(z, g, i)
+            sub = self.project(state)
+            prev, q = sample_from_logits(sub, self.vocab_ids, self.vocab_size, temperature,
+                                         generator)
+            tokens.append(prev)
+            qs.append(q)
+            confs.append(self._confidence_logit(state, sub, i))
+        conf = self.calibrate(torch.stack(confs, 1))
+        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), conf)
+
+
+class DraftLM(_BoundHead):
+    """A tiny independent Llama (own layers and final norm, the target's embeddings/LM head).
+
+    Calibration buffers hold per-position Platt parameters for the max-prob confidence.
+    """
+
+    def __init__(self, hidden_size: int, num_positions: int, vocab_ids: torch.Tensor,
+                 vocab_size: int, num_layers: int = 2, num_heads: int = 9,
+                 num_kv_heads: int = 3, intermediate_size: int = 1536,
+                 rope_theta: float = 100000.0, rms_norm_eps: float = 1e-5,
+                 max_position_embeddings: int = 8192) -> None:
+        super().__init__(vocab_ids, vocab_size, num_positions)
+        from transformers import LlamaConfig, LlamaModel
+
+        self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
+                       "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
+                       "num_layers": num_layers, "num_heads": num_heads,
+                       "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size,
+                       "rope_theta": rope_theta, "rms_norm_eps": rms_norm_eps,
+                       "max_position_embeddings": max_position_embeddings}
+        cfg = LlamaConfig(vocab_size=1, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                          num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                          intermediate_size=intermediate_size, rms_norm_eps=rms_norm_eps,
+                          max_position_embeddings=max_position_embeddings,
+                          rope_theta=rope_theta, pad_token_id=None, bos_token_id=None,
+                          eos_token_id=None, tie_word_embeddings=False)
+        self.llama = LlamaModel(cfg)  # embeddings come from the target (inputs_embeds)
+        self.llama.embed_tokens = None
+
+    def sub_logits(self, input_ids: torch.Tensor, past_key_values: Any = None,
+                   use_cache: bool = True, attention_mask: torch.Tensor | None = None,
+                   position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
+        """input_ids [B, T] -> (sub-vocabulary logits [B, T, Vs], cache)."""
+        self._check_bound()
+        out = self.llama(inputs_embeds=self.embed(input_ids), past_key_values=past_key_values,
+                         use_cache=use_cache, attention_mask=attention_mask,
+                         position_ids=position_ids)
+        return self.project(out.last_hidden_state), out.past_key_values
+
+    def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
+                use_cache: bool = True, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> Any:
+        """HF-style: returns an object with .logits [B, T, V] (full vocab) and .past_key_values."""
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        sub, cache = self.sub_logits(input_ids, past_key_values, use_cache, attention_mask,
+                                     position_ids)
+        full = sub.new_full((*sub.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.vocab_ids] = sub
+        return CausalLMOutputWithPast(logits=full, past_key_values=cache)
+
+    @torch.no_grad()
+    def propose(self, new_ids: torch.Tensor, cache: Any, k: int, temperature: float = 0.0,
+                generator: torch.Generator | None = None) -> tuple[Draft, Any]:
+        """Feed committed tokens the cache lacks, then draft k tokens (see module docstring)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if cache is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+        sub, cache = self.sub_logits(new_ids, cache)
+        last = sub[:, -1]
+        tokens, qs, confs = [], [], []
+        for i in range(k):
+            ids, q = sample_from_logits(last, self.vocab_ids, self.vocab_size, temperature,
+                                        generator)
+            tokens.append(ids)
+            qs.append(q)
+            confs.append(_max_prob_logit(last))
+            if i + 1 < k:
+                sub, cache = self.sub_logits(ids[:, None], cache)
+                last = sub[:, -1]
+        conf = self.calibrate(torch.stack(confs, 1))
+        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), conf), cache
+
+
+NETS: dict[str, type[_BoundHead]] = {
+    "parallel": ParallelHeads,
+    "semi-ar": SemiARDrafter,
+    "draft-model": DraftLM,
+}
+
+
+def build_net(method: str, config: dict[str, Any]) -> _BoundHead:
+    """Construct an unbound net of ``method`` from its saved config (vocab_ids come later)."""
+    if method not in NETS:
+        raise ValueError(f"unknown drafter method {method!r}: one of {', '.join(METHODS)}")
+    cfg = dict(config)
+    num_vocab = cfg.pop("num_vocab")
+    return NETS[method](vocab_ids=torch.zeros(num_vocab, dtype=torch.long), **cfg)
