@@ -1,0 +1,1 @@
+"""The worker's OpenAI-compatible HTTP server (``specd serve``) in front of the engine."""
