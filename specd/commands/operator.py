@@ -1,17 +1,60 @@
-"""``specd operator``: not built yet (see the open issues)."""
+"""``specd operator``: run the SpeculativeService operator (kopf + the kubernetes client)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from specd import SpecdError
 
-HELP = "operator (not built yet)"
+HELP = "run the operator that turns SpeculativeServices into GPU worker Deployments"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--namespace", "-n", action="append", default=[], metavar="NS",
+                        help="watch only this namespace (repeatable; glob patterns allowed); "
+                             "default: all namespaces")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                        help="kubeconfig file (default: $KUBECONFIG, else in-cluster, "
+                             "else ~/.kube/config)")
+    parser.add_argument("--bind", default="0.0.0.0",
+                        help="address of the health and metrics endpoints (default 0.0.0.0)")
+    parser.add_argument("--health-port", type=int, default=8080,
+                        help="port of the liveness endpoint GET /healthz (default 8080)")
+    parser.add_argument("--metrics-port", type=int, default=9090,
+                        help="port of the Prometheus endpoint GET /metrics (default 9090)")
+    parser.add_argument("--resync", type=float, default=300.0, metavar="SECONDS",
+                        help="re-apply every object this often, repairing drift (default 300)")
+    parser.add_argument("--workers", type=int, default=8,
+                        help="threads running reconciles concurrently (default 8)")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SpecdError("'specd operator' is not built yet")
+    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+        raise SpecdError(f"kubeconfig not found: {args.kubeconfig}")
+    if args.resync <= 0 or args.workers < 1:
+        raise SpecdError("--resync must be > 0 and --workers >= 1")
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = os.path.abspath(args.kubeconfig)
+
+    import kopf
+
+    from specd.operator import metrics
+    from specd.operator.handlers import OperatorConfig, register
+
+    registry = kopf.OperatorRegistry()
+    register(registry, OperatorConfig(kubeconfig=args.kubeconfig,
+                                      resync_seconds=args.resync, max_workers=args.workers))
+    try:
+        metrics.serve(args.metrics_port, args.bind)
+    except OSError as exc:
+        raise SpecdError(
+            f"cannot serve metrics on {args.bind}:{args.metrics_port}: {exc}") from exc
+    kopf.run(
+        registry=registry,
+        standalone=True,  # one replica; no peering objects needed
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=f"http://{args.bind}:{args.health_port}/healthz",
+    )
+    return 0

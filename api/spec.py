@@ -1,0 +1,204 @@
+"""Typed view of a SpeculativeService's spec (mirrors crds/speculativeservice.yaml).
+
+The CRD is the source of truth: the API server validates and defaults objects before anyone
+reads them. These models give the operator, the dashboard and the tests a typed, defaulted
+view of the same document (camelCase on the wire, snake_case in Python). A unit test checks
+that every field here exists in the CRD schema and vice versa.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from specd.api.policy import Policy, PolicyMode
+
+DrafterMethod = Literal["none", "ngram", "parallel", "semi-ar", "draft-model"]
+Quantity = int | str
+
+# Condition types and phases the operator core writes (rollouts and the tuner may add more).
+CONDITION_READY = "Ready"
+CONDITION_PROGRESSING = "Progressing"
+CONDITION_DEGRADED = "Degraded"
+PHASES = ("Pending", "Progressing", "Ready", "Degraded")
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class ModelSpec(_Spec):
+    reference: str
+    revision: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_context: int = 2048
+
+
+class DrafterSpec(_Spec):
+    method: DrafterMethod = "none"
+    artifact: str | None = None
+    k: int = 5
+
+
+class VerificationSpec(_Spec):
+    mode: PolicyMode | None = None
+    fixed_length: int | None = None
+    min_verify: int = 0
+    max_verify: int | None = None
+    survival_floor: float = 0.05
+    max_batch_tokens: int = 512
+
+
+class EngineSpec(_Spec):
+    max_batch: int = 16
+    queue_bound: int = 256
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class ResourcesSpec(_Spec):
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class Toleration(_Spec):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+
+class EnvVar(_Spec):
+    name: str
+    value: str | None = None
+
+
+class WorkerSpec(_Spec):
+    image: str
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    resources: ResourcesSpec = Field(
+        default_factory=lambda: ResourcesSpec(limits={GPU_RESOURCE: 1}))
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list)
+
+
+class PauseSpec(_Spec):
+    duration: str | None = None
+
+
+class CanaryStep(_Spec):
+    weight: int
+    pause: PauseSpec | None = None
+
+
+class AnalysisMetric(_Spec):
+    name: str
+    metric: Literal["acceptanceLength", "truncationRatio", "tokensPerSecond", "latencyP95",
+                    "timeToFirstTokenP95", "timePerOutputTokenP95", "errorRate", "custom"]
+    query: str | None = None
+    comparison: Literal["absolute", "relativeToStable"] = "relativeToStable"
+    min: float | None = None
+    max: float | None = None
+    by_task_group: bool = False
+
+
+class AnalysisSpec(_Spec):
+    interval: str = "1m"
+    failure_limit: int = 0
+    inconclusive_limit: int = 1
+    metrics: list[AnalysisMetric] = Field(default_factory=list)
+
+
+class PromoteRequest(_Spec):
+    id: str
+    full: bool = False
+
+
+class RolloutSpec(_Spec):
+    strategy: Literal["RollingUpdate", "Canary"] = "RollingUpdate"
+    steps: list[CanaryStep] = Field(default_factory=list)
+    analysis: AnalysisSpec | None = None
+    inconclusive_policy: Literal["Pause", "Rollback", "Promote"] = "Pause"
+    automatic_rollback: bool = True
+    paused: bool = False
+    abort: bool = False
+    promote: PromoteRequest | None = None
+    retry: str | None = None
+
+
+class IntRange(_Spec):
+    min: int
+    max: int
+
+
+class FloatRange(_Spec):
+    min: float
+    max: float
+
+
+class TuningBounds(_Spec):
+    modes: list[PolicyMode] = Field(default_factory=list)
+    fixed_length: IntRange | None = None
+    max_verify: IntRange | None = None
+    survival_floor: FloatRange | None = None
+
+
+class TuningSpec(_Spec):
+    enabled: bool = False
+    interval: str = "5m"
+    bounds: TuningBounds | None = None
+
+
+class ServiceSpec(_Spec):
+    """``.spec`` of a SpeculativeService."""
+
+    replicas: int = 1
+    model: ModelSpec
+    drafter: DrafterSpec = Field(default_factory=DrafterSpec)
+    verification: VerificationSpec = Field(default_factory=VerificationSpec)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    worker: WorkerSpec
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    tuning: TuningSpec = Field(default_factory=TuningSpec)
+
+    def effective_mode(self) -> PolicyMode:
+        """The verification mode, following the drafter when ``verification.mode`` is unset."""
+        if self.verification.mode is not None:
+            return self.verification.mode
+        if self.drafter.method == "none":
+            return "plain"
+        return "scheduled" if self.drafter.method == "semi-ar" else "fixed"
+
+    def policy(self) -> Policy:
+        """The policy document this spec asks the workers to run (written to the ConfigMap)."""
+        v, k = self.verification, self.drafter.k
+        return Policy(
+            mode=self.effective_mode(),
+            k_max=k,
+            fixed_length=v.fixed_length if v.fixed_length is not None else k,
+            min_verify=v.min_verify,
+            max_verify=v.max_verify if v.max_verify is not None else k,
+            survival_floor=v.survival_floor,
+            max_batch_tokens=v.max_batch_tokens,
+        )
+
+    def pod_fields(self) -> dict:
+        """Everything in the spec that changes the worker pod (the revision hashes this).
+
+        Not included: replicas (scaling never rolls), verification (hot-reloaded policy),
+        rollout and tuning (operator behaviour)."""
+        return {
+            "model": self.model.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "drafter": self.drafter.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "engine": self.engine.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "worker": self.worker.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+
+
+def parse_spec(spec: dict) -> ServiceSpec:
+    """Parse ``.spec`` (as served by the API server) into the typed view."""
+    return ServiceSpec.model_validate(spec)

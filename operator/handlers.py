@@ -1,0 +1,305 @@
+"""kopf handlers: level-based reconcile of SpeculativeServices and their children.
+
+Every trigger (create, update, resume after a restart, a periodic resync, a child
+Deployment deleted behind our back) runs the same idempotent reconcile: build the desired
+children with the pure builders, server-side apply them, read the Deployments back and
+merge-patch the status. Deployment events refresh the status only, so readiness shows up
+without polling. Transient API failures are retried with backoff; configuration errors
+become a Degraded condition (and a Warning event) and wait for the next edit, never a crash
+loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from specd.api import k8s
+from specd.api.policy import Policy
+from specd.api.spec import ServiceSpec, parse_spec
+from specd.operator import metrics
+from specd.operator.kube import Kube, TransientError, classify
+from specd.operator.manifests import desired_children, revision
+from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OperatorConfig:
+    kubeconfig: str | None = None
+    resync_seconds: float = 300.0
+    max_workers: int = 8
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def backoff(retry: int) -> float:
+    """Seconds before retry number ``retry`` (exponential, capped, jittered)."""
+    return min(60.0, 2.0 ** min(retry, 6)) * random.uniform(0.8, 1.2)
+
+
+def _stable(deployments: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for dep in deployments:
+        if dep["metadata"].get("labels", {}).get(k8s.LABEL_TRACK) == "stable":
+            return dep
+    return None
+
+
+def _short(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"spec.{loc}: {err.get('msg')}")
+    return "; ".join(parts)
+
+
+class Reconciler:
+    """The operator core, independent of kopf's plumbing (kopf handlers call into it)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._phases: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+        self.reconciles = 0
+        self.last_ok: float | None = None
+
+    # -- status ---------------------------------------------------------------------------
+
+    def _write_status(self, namespace: str, name: str,
+                      compute: Callable[[dict[str, Any]], dict[str, Any]]) -> dict | None:
+        """Recompute and merge-patch the status, guarded by resourceVersion (retry on 409)."""
+        for _ in range(5):
+            owner = self.kube.get_service(namespace, name)
+            if owner is None or owner["metadata"].get("deletionTimestamp"):
+                return None
+            new = compute(owner)
+            if status_changed(owner.get("status"), new):
+                try:
+                    self.kube.patch_status(namespace, name, new,
+                                           owner["metadata"]["resourceVersion"])
+                except ApiException as exc:
+                    if exc.status == 409:
+                        continue
+                    raise
+                metrics.STATUS_WRITES.inc()
+            self._record_phase(namespace, name, new.get("phase"))
+            return new
+        raise TransientError(f"status of {namespace}/{name}: conflicting writers")
+
+    def _record_phase(self, namespace: str, name: str, phase: str | None) -> None:
+        with self._lock:
+            if phase is None:
+                self._phases.pop((namespace, name), None)
+            else:
+                self._phases[(namespace, name)] = phase
+            counts: dict[str, int] = {}
+            for value in self._phases.values():
+                counts[value] = counts.get(value, 0) + 1
+        for phase_name in ("Pending", "Progressing", "Ready", "Degraded"):
+            metrics.SERVICES.labels(phase=phase_name).set(counts.get(phase_name, 0))
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._record_phase(namespace, name, None)
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    def reconcile(self, owner: dict[str, Any], trigger: str) -> dict | None:
+        """Make the children match the spec and write the status. Raises TransientError."""
+        meta = owner["metadata"]
+        namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation", 1)
+        started = time.monotonic()
+        spec: ServiceSpec | None = None
+        rev: str | None = None
+        policy: Policy | None = None
+        error: ConfigError | None = None
+        try:
+            spec = parse_spec(owner.get("spec") or {})
+            rev, policy = revision(spec), spec.policy()
+        except (ValidationError, ValueError) as exc:
+            message = _short(exc) if isinstance(exc, ValidationError) else str(exc)
+            error = ConfigError("InvalidSpec", message)
+            spec = rev = policy = None
+        try:
+            if error is None and spec is not None:
+                for child in desired_children(owner, spec):
+                    try:
+                        self.kube.apply(child)
+                    except Exception as exc:  # noqa: BLE001 - classified, unknown re-raised
+                        problem = classify(exc)
+                        if isinstance(problem, TransientError):
+                            raise problem from exc
+                        error = ConfigError(problem.reason,
+                                            f"{child['kind']} {child['metadata']['name']}: "
+                                            f"{problem.message}")
+                        break
+
+            def compute(current: dict[str, Any]) -> dict[str, Any]:
+                deployments = self.kube.list_deployments(namespace, name)
+                return compute_status(
+                    name=name, generation=generation, spec=spec, revision=rev, policy=policy,
+                    stable=_stable(deployments), error=error, previous=current.get("status"),
+                    now=now(), reconciled=True)
+
+            try:
+                status = self._write_status(namespace, name, compute)
+            except TransientError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified, unknown re-raised
+                problem = classify(exc)
+                raise (problem if isinstance(problem, TransientError)
+                       else TransientError(str(problem))) from exc
+        except TransientError:
+            metrics.RECONCILES.labels(trigger=trigger, result="transient_error").inc()
+            metrics.API_ERRORS.labels(kind="transient").inc()
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+        self.reconciles += 1
+        if error is not None:
+            metrics.RECONCILES.labels(trigger=trigger, result="config_error").inc()
+            metrics.API_ERRORS.labels(kind="config").inc()
+            log.warning("%s/%s is Degraded (%s): %s", namespace, name, error.reason,
+                        error.message)
+        else:
+            metrics.RECONCILES.labels(trigger=trigger, result="ok").inc()
+            self.last_ok = time.time()
+        return status
+
+    def refresh(self, namespace: str, name: str) -> dict | None:
+        """Recompute the status from the Deployments without applying anything."""
+
+        def compute(owner: dict[str, Any]) -> dict[str, Any]:
+            generation = owner["metadata"].get("generation", 1)
+            status = owner.get("status") or {}
+            spec: ServiceSpec | None = None
+            rev = None
+            error = carried_error(status, generation)
+            try:
+                spec = parse_spec(owner.get("spec") or {})
+                rev = revision(spec)
+            except (ValidationError, ValueError) as exc:
+                error = error or ConfigError("InvalidSpec", str(exc)[:500])
+            deployments = self.kube.list_deployments(namespace, name)
+            return compute_status(
+                name=name, generation=status.get("observedGeneration", generation), spec=spec,
+                revision=rev, policy=None, stable=_stable(deployments), error=error,
+                previous=status, now=now(), reconciled=False)
+
+        return self._write_status(namespace, name, compute)
+
+
+def _owner_from(body: Any) -> dict[str, Any]:
+    """A plain dict of the parts of a kopf body the reconciler reads."""
+    return {
+        "apiVersion": body.get("apiVersion", k8s.API_VERSION),
+        "kind": body.get("kind", k8s.KIND),
+        "metadata": dict(body["metadata"]),
+        "spec": body.get("spec"),
+        "status": body.get("status"),
+    }
+
+
+def make_api_client(kubeconfig: str | None, pool: int) -> client.ApiClient:
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool
+    configuration.retries = 3  # urllib3 retries on connection errors
+    return client.ApiClient(configuration)
+
+
+def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, Any]:
+    """Register the handlers on ``registry``; returns a holder with the reconciler once up."""
+    holder: dict[str, Any] = {}
+    resource = (k8s.GROUP, k8s.VERSION, k8s.PLURAL)
+
+    def reconciler() -> Reconciler:
+        return holder["reconciler"]
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=k8s.GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=k8s.GROUP, key="last-handled-configuration")
+        settings.persistence.finalizer = f"{k8s.GROUP}/operator"
+        settings.posting.level = logging.WARNING  # Warning events only (Degraded, retries)
+        settings.execution.max_workers = cfg.max_workers
+        settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        api = make_api_client(cfg.kubeconfig, pool=cfg.max_workers + 4)
+        holder["reconciler"] = Reconciler(Kube(api))
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if cfg.kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.probe(id="reconciles", registry=registry)
+    def probe_reconciles(**_: Any) -> int:
+        return reconciler().reconciles if "reconciler" in holder else 0
+
+    @kopf.on.resume(*resource, registry=registry)
+    @kopf.on.create(*resource, registry=registry)
+    @kopf.on.update(*resource, registry=registry)
+    def reconcile(body: kopf.Body, reason: str, retry: int, **_: Any) -> None:
+        try:
+            reconciler().reconcile(_owner_from(body), trigger=str(reason))
+        except TransientError as exc:
+            raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
+
+    @kopf.timer(*resource, interval=cfg.resync_seconds, initial_delay=cfg.resync_seconds,
+                registry=registry)
+    def resync(body: kopf.Body, retry: int, **_: Any) -> None:
+        try:
+            reconciler().reconcile(_owner_from(body), trigger="resync")
+        except TransientError as exc:
+            raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
+
+    @kopf.on.event(*resource, registry=registry)
+    def service_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            reconciler().forget(namespace, name)
+
+    @kopf.on.event("apps", "v1", "deployments", labels={k8s.LABEL_MANAGED_BY: k8s.MANAGED_BY},
+                   registry=registry)
+    def deployment_event(event: kopf.RawEvent, body: kopf.Body, logger: Any, **_: Any) -> None:
+        meta = body["metadata"]
+        service = (meta.get("labels") or {}).get(k8s.LABEL_SERVICE)
+        if not service or "reconciler" not in holder:
+            return
+        namespace = meta["namespace"]
+        try:
+            if event.get("type") == "DELETED":
+                # A child vanished: re-create it unless its owner is going away too.
+                owner = reconciler().kube.get_service(namespace, service)
+                owned = any(ref.get("uid") == (owner or {}).get("metadata", {}).get("uid")
+                            for ref in meta.get("ownerReferences") or [])
+                if owner and owned and not owner["metadata"].get("deletionTimestamp"):
+                    reconciler().reconcile(owner, trigger="child-deleted")
+            else:
+                reconciler().refresh(namespace, service)
+        except (TransientError, ApiException) as exc:
+            # Event handlers are not retried; the next event or the resync catches up.
+            logger.info("status refresh of %s/%s deferred: %s", namespace, service, exc)
+
+    return holder

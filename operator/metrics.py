@@ -1,0 +1,28 @@
+"""The operator's own Prometheus metrics (reconcile counts, durations, API errors)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+RECONCILES = Counter(
+    "specd_operator_reconciles", "Reconciles of SpeculativeServices by trigger and result "
+    "(ok, config_error, transient_error)", ["trigger", "result"], registry=REGISTRY)
+RECONCILE_SECONDS = Histogram(
+    "specd_operator_reconcile_seconds", "Time to reconcile one SpeculativeService",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
+API_ERRORS = Counter(
+    "specd_operator_api_errors", "Kubernetes API errors by kind (transient or config)",
+    ["kind"], registry=REGISTRY)
+STATUS_WRITES = Counter(
+    "specd_operator_status_writes", "Status patches written (no-op writes are skipped)",
+    registry=REGISTRY)
+SERVICES = Gauge(
+    "specd_operator_services", "SpeculativeServices by phase, as last written by this operator",
+    ["phase"], registry=REGISTRY)
+
+
+def serve(port: int, address: str) -> None:
+    """Expose /metrics on ``address:port`` from a daemon thread."""
+    start_http_server(port, addr=address, registry=REGISTRY)
