@@ -147,18 +147,15 @@ def build_service(owner: Mapping[str, Any]) -> Manifest:
 
 
 def worker_args(spec: ServiceSpec) -> list[str]:
-    """The `specd serve` command line (the contract with the worker server)."""
+    """Flags after the image's entrypoint (``tini -- specd serve``): the contract with the
+    worker server. K travels in the policy document (k_max), the track and revision in env."""
     model, drafter, engine = spec.model, spec.drafter, spec.engine
-    args = ["serve", "--model", model.reference]
-    if model.revision:
-        args += ["--model-revision", model.revision]
-    args += ["--dtype", model.dtype, "--max-context", str(model.max_context),
-             "--drafter", drafter.method]
+    args = ["--model", model.reference, "--dtype", model.dtype,
+            "--max-context", str(model.max_context), "--drafter", drafter.method]
     if drafter.artifact:
-        args += ["--drafter-artifact", drafter.artifact]
-    args += ["--k", str(drafter.k),
-             "--max-batch", str(engine.max_batch),
-             "--queue-bound", str(engine.queue_bound),
+        args += ["--drafter-path", drafter.artifact]
+    args += ["--max-slots", str(engine.max_batch),
+             "--max-queue", str(engine.queue_bound),
              "--policy-file", f"{k8s.POLICY_MOUNT_DIR}/{POLICY_KEY}",
              "--host", "0.0.0.0", "--port", str(HTTP_PORT)]
     return args + list(engine.extra_args)
@@ -170,6 +167,8 @@ def _env(service: str, track: str, rev: str, spec: ServiceSpec) -> list[dict[str
         {"name": "SPECD_TRACK", "value": track},
         {"name": "SPECD_REVISION", "value": rev},
     ]
+    if spec.model.revision:
+        env.append({"name": "SPECD_MODEL_REVISION", "value": spec.model.revision})
     user = {e.name: e.value or "" for e in spec.worker.env}
     # The root filesystem is read-only; caches go to the /tmp emptyDir unless the user says.
     user.setdefault("HOME", "/tmp")
@@ -207,7 +206,6 @@ def build_pod_template(owner: Mapping[str, Any], spec: ServiceSpec, track: str,
         "name": CONTAINER,
         "image": worker.image,
         "imagePullPolicy": worker.image_pull_policy,
-        "command": ["specd"],
         "args": worker_args(spec),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "env": _env(service, track, rev, spec),

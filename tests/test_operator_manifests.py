@@ -163,6 +163,7 @@ def test_worker_pod_shape() -> None:
     assert volumes[mounts[k8s.POLICY_MOUNT_DIR]]["configMap"]["name"] == \
         "smollm2-parallel-stable-policy"
     args = container["args"]
+    assert "command" not in container  # the image entrypoint (tini -- specd serve) stays
     assert args[args.index("--policy-file") + 1] == f"{k8s.POLICY_MOUNT_DIR}/{POLICY_KEY}"
     assert args[args.index("--drafter") + 1] == "parallel"
     env = {e["name"]: e["value"] for e in container["env"]}
