@@ -1,17 +1,80 @@
-"""``specd bench``: not built yet (see the open issues)."""
+"""``specd bench engine``: compare drafting groups side by side in one run."""
 
 from __future__ import annotations
 
 import argparse
 
-from specd import SpecdError
-
-HELP = "bench (not built yet)"
+HELP = "benchmarks that compare groups side by side in one run (specd bench engine ...)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    sub = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    engine = sub.add_parser(
+        "engine", help="every group over the same prompts at each concurrency",
+        description="Run named groups (drafter + verification policy, or transformers' own "
+                    "loops) over a prompt file at a list of concurrencies; print a table and "
+                    "write JSON. Greedy, EOS ignored so every request emits --max-tokens.")
+    from specd.worker.bench.groups import DEFAULT_GROUPS  # light: no torch
+
+    engine.add_argument("--model", default="smollm2-135m", help="target model reference")
+    engine.add_argument("--groups", default=",".join(DEFAULT_GROUPS),
+                        help="comma-separated groups (plain is always added as the reference)")
+    engine.add_argument("--concurrency", default="1,4,16,32",
+                        help="comma-separated concurrent request counts")
+    engine.add_argument("--prompts", default=None,
+                        help="JSONL prompt file (default: the packaged 48-prompt set)")
+    engine.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    engine.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    engine.add_argument("--k", type=int, default=4, help="draft length K (fixed verifies K)")
+    engine.add_argument("--device", default="auto")
+    engine.add_argument("--dtype", default="auto")
+    engine.add_argument("--json", dest="json_out", default=None, help="write results here")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SpecdError("'specd bench' is not built yet")
+    import time
+
+    import torch
+
+    from specd import SpecdError
+    from specd.worker.bench import engine_bench as bench
+    from specd.worker.bench.groups import parse_concurrency, parse_groups
+    from specd.worker.bench.prompts import DEFAULT_PROMPTS, encode_prompts, read_prompt_file
+    from specd.worker.model import load_model
+
+    groups = parse_groups(args.groups)
+    concurrencies = parse_concurrency(args.concurrency)
+    if args.max_tokens < 1 or args.k < 1:
+        raise SpecdError("--max-tokens and --k must be >= 1")
+    torch.manual_seed(0)
+    loaded = load_model(args.model, args.device, args.dtype)
+    rows = read_prompt_file(args.prompts or DEFAULT_PROMPTS)
+    if args.limit:
+        rows = rows[: args.limit]
+    prompts = encode_prompts(rows, loaded.tokenizer)
+    draft_assistant = None
+    if any(g.peer == "assisted-draft" for g in groups):
+        from specd.worker.bench.peers import draft_lm_as_hf_assistant
+        from specd.worker.drafters.artifacts import load_drafter
+
+        draft_lm = load_drafter("draft-model", loaded)
+        draft_assistant = draft_lm_as_hf_assistant(draft_lm, loaded.model)
+
+    results: dict[str, dict[int, bench.Cell]] = {}
+    started = time.perf_counter()
+    for group in groups:
+        print(f"[{time.perf_counter() - started:6.0f}s] {group.name} ...", flush=True)
+        if group.peer:
+            results[group.name] = bench.run_peer_group(loaded, group, prompts, args.max_tokens,
+                                                       draft_assistant)
+        else:
+            results[group.name] = bench.run_engine_group(loaded, group, prompts, concurrencies,
+                                                         args.max_tokens, args.k)
+    bench.mark_matches(results)
+    doc = bench.report(args.model, results, {
+        "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
+        "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
+        "threads": torch.get_num_threads()})
+    print(bench.format_table(doc))
+    bench.write_json(doc, args.json_out)
+    return 0

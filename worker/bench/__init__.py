@@ -1,0 +1,1 @@
+"""Benchmarks that compare groups side by side in one run (``specd bench``)."""

@@ -1,0 +1,247 @@
+"""``specd bench engine``: every group over the same prompts at each concurrency, one run.
+
+Concurrency C means C requests in flight at once: a client keeps C streams open and starts
+the next prompt when one finishes, like C users. Every figure of every group comes from the
+same process and the same prompts, so the ratios between groups are what to read (the
+machine is shared and noisy; absolute numbers drift, ratios measured side by side do not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from specd.api import metrics as names
+from specd.worker.bench.groups import Group
+from specd.worker.bench.prompts import BenchPrompt
+
+
+@dataclass
+class Cell:
+    """One group at one concurrency."""
+
+    outputs: list[list[int]]
+    seconds: float
+    per_request_tokens_per_s: list[float]
+    rounds: int = 0
+    drafted: int = 0
+    verified: int = 0
+    accepted: int = 0
+    verified_requests: int = 0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+    match_plain: bool | None = None
+    matched_requests: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        tokens = sum(len(o) for o in self.outputs)
+        phase_total = sum(self.phase_seconds.values())
+        return {
+            "tokens_per_s": tokens / self.seconds if self.seconds else 0.0,
+            "per_request_tokens_per_s": (sum(self.per_request_tokens_per_s)
+                                         / len(self.per_request_tokens_per_s)),
+            "tau": ((self.accepted + self.rounds) / self.rounds) if self.rounds else None,
+            "truncation_ratio": ((self.drafted - self.verified) / self.drafted
+                                 if self.drafted else None),
+            "mean_verified": (self.verified / self.verified_requests
+                              if self.verified_requests else None),
+            "phase_share": ({p: s / phase_total for p, s in self.phase_seconds.items()}
+                            if phase_total else {}),
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "match_plain": self.match_plain,
+            "matched_requests": self.matched_requests,
+            "requests": len(self.outputs),
+            "output_tokens": tokens,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class RssSampler:
+    """Samples this process's resident set size in the background; keeps the peak."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kb = max(self.peak_kb, _rss_kb())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self.peak_kb = _rss_kb()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_kb / 1024
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _phase_seconds(registry: Any) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for metric in registry.collect():
+        if metric.name != names.ROUND_PHASE_SECONDS:
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_sum"):
+                phase = sample.labels[names.LABEL_PHASE]
+                totals[phase] = totals.get(phase, 0.0) + sample.value
+    return totals
+
+
+async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
+                 max_tokens: int, bar: tqdm) -> tuple[list[Any], float, list[float]]:
+    from specd.worker.engine import GenerationRequest, SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    outputs: list[Any] = [None] * len(prompts)
+    rates: list[float] = [0.0] * len(prompts)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, prompt: BenchPrompt) -> None:
+        async with gate:
+            request = GenerationRequest(list(prompt.token_ids), params, prompt.task_group)
+            began = time.perf_counter()
+            tokens: list[int] = []
+            last = None
+            async for event in engine.submit(request):
+                tokens.extend(event.token_ids)
+                last = event
+            outputs[i] = (tokens, last.spec if last else None)
+            rates[i] = len(tokens) / (time.perf_counter() - began)
+            bar.update(1)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    return outputs, time.perf_counter() - start, rates
+
+
+def run_engine_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
+                     concurrencies: Sequence[int], max_tokens: int, k: int,
+                     drafter_path: str | None = None) -> dict[int, Cell]:
+    """Run one engine group at every concurrency (one engine, one cost profile)."""
+    from prometheus_client import CollectorRegistry
+
+    from specd.worker.engine import Engine, EngineConfig
+
+    max_prompt = max(len(p.token_ids) for p in prompts)
+    config = EngineConfig(drafter=group.drafter, drafter_path=drafter_path,
+                          max_slots=max(concurrencies),
+                          max_context=max_prompt + max_tokens + 2 * k + 8)
+    registry = CollectorRegistry()
+    engine = Engine(loaded, config, policy=group.policy(k), registry=registry)
+    cells: dict[int, Cell] = {}
+
+    async def run_all() -> None:
+        await engine.start()
+        try:
+            for concurrency in concurrencies:
+                before = _phase_seconds(registry)
+                bar = tqdm(total=len(prompts), desc=f"{group.name} c={concurrency}",
+                           leave=False, unit="req")
+                with RssSampler() as rss:
+                    results, seconds, rates = await _drive(engine, prompts, concurrency,
+                                                           max_tokens, bar)
+                bar.close()
+                after = _phase_seconds(registry)
+                cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
+                            phase_seconds={p: after[p] - before.get(p, 0.0) for p in after})
+                for _, spec in results:
+                    if spec is not None:
+                        cell.rounds += spec.rounds
+                        cell.drafted += spec.drafted
+                        cell.verified += spec.verified
+                        cell.accepted += spec.accepted
+                        cell.verified_requests += spec.rounds if spec.verified else 0
+                cells[concurrency] = cell
+        finally:
+            await engine.stop(drain=False)
+
+    asyncio.run(run_all())
+    return cells
+
+
+def run_peer_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
+                   max_tokens: int, draft_model: Any | None) -> dict[int, Cell]:
+    """transformers' own loops, batch 1 only (they have no continuous batching)."""
+    from specd.worker.bench.peers import run_hf_peer
+
+    bar = tqdm(total=len(prompts), desc=f"{group.name} c=1", leave=False, unit="req")
+    with RssSampler() as rss:
+        result = run_hf_peer(
+            loaded.model, prompts, max_tokens,
+            assistant=draft_model if group.peer == "assisted-draft" else None,
+            prompt_lookup=4 if group.peer == "assisted-lookup" else 0,
+            on_done=lambda: bar.update(1))
+    bar.close()
+    return {1: Cell(result.outputs, result.seconds, result.per_request_tokens_per_s,
+                    peak_rss_mb=rss.peak_mb)}
+
+
+def mark_matches(results: dict[str, dict[int, Cell]]) -> None:
+    """Compare every cell's outputs with plain's at the same concurrency (or c=1)."""
+    plain = results.get("plain", {})
+    for cells in results.values():
+        for concurrency, cell in cells.items():
+            reference = plain.get(concurrency) or plain.get(min(plain)) if plain else None
+            if reference is None:
+                continue
+            same = [a == b for a, b in zip(cell.outputs, reference.outputs, strict=True)]
+            cell.matched_requests = sum(same)
+            cell.match_plain = all(same)
+
+
+def report(model: str, results: dict[str, dict[int, Cell]], settings: dict[str, Any]) -> dict:
+    return {"model": model, "settings": settings,
+            "groups": {g: {str(c): cell.summary() for c, cell in sorted(cells.items())}
+                       for g, cells in results.items()}}
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    """One row per group and concurrency, with the speed-up over plain at that concurrency."""
+    header = (f"{'group':<20}{'conc':>5}{'tok/s':>9}{'x plain':>9}{'req tok/s':>11}"
+              f"{'tau':>7}{'trunc':>7}{'verif':>7}{'rss MB':>9}  match  phase share")
+    lines = [header, "-" * len(header)]
+    plain = doc["groups"].get("plain", {})
+    for group, cells in doc["groups"].items():
+        for conc, s in cells.items():
+            base = plain.get(conc, {}).get("tokens_per_s") or None
+            ratio = f"{s['tokens_per_s'] / base:.2f}" if base else "-"
+            fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+            share = " ".join(f"{p[0]}{v * 100:.0f}%" for p, v in s["phase_share"].items())
+            match = ("yes" if s["match_plain"] else
+                     f"{s['matched_requests']}/{s['requests']}") if s["match_plain"] is not None else "-"
+            lines.append(f"{group:<20}{conc:>5}{s['tokens_per_s']:>9.1f}{ratio:>9}"
+                         f"{s['per_request_tokens_per_s']:>11.1f}{fmt(s['tau'], '.2f'):>7}"
+                         f"{fmt(s['truncation_ratio'], '.2f'):>7}{fmt(s['mean_verified'], '.2f'):>7}"
+                         f"{s['peak_rss_mb']:>9.0f}  {match:<6} {share}")
+    return "\n".join(lines)
+
+
+def write_json(doc: dict[str, Any], path: str | None) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(doc, indent=2))

@@ -1,0 +1,58 @@
+"""The benchmark's named groups: a drafter plus a verification policy (or a peer loop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specd import SpecdError
+from specd.api.policy import Policy, PolicyMode
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    drafter: str  # engine drafter, or "hf" for transformers' own loops
+    mode: PolicyMode | None = None  # None for peers
+    peer: str | None = None  # "generate" | "assisted-draft" | "assisted-lookup"
+
+    def policy(self, k: int) -> Policy:
+        assert self.mode is not None
+        return Policy(mode=self.mode, k_max=k, fixed_length=k, max_verify=k)
+
+
+GROUPS: dict[str, Group] = {g.name: g for g in (
+    Group("plain", "none", "plain"),
+    Group("ngram", "ngram", "fixed"),
+    Group("parallel-fixed", "parallel", "fixed"),
+    Group("semi-ar-fixed", "semi-ar", "fixed"),
+    Group("semi-ar-scheduled", "semi-ar", "scheduled"),
+    Group("parallel-scheduled", "parallel", "scheduled"),
+    Group("draft-model", "draft-model", "fixed"),
+    Group("hf-generate", "hf", peer="generate"),
+    Group("hf-assisted", "hf", peer="assisted-draft"),
+    Group("hf-lookup", "hf", peer="assisted-lookup"),
+)}
+
+DEFAULT_GROUPS = ("plain", "ngram", "parallel-fixed", "semi-ar-fixed", "semi-ar-scheduled",
+                  "draft-model", "hf-generate", "hf-assisted", "hf-lookup")
+
+
+def parse_groups(text: str) -> list[Group]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in GROUPS]
+    if unknown or not names:
+        raise SpecdError(f"unknown group(s) {', '.join(unknown) or '(none)'}: "
+                         f"choose from {', '.join(GROUPS)}")
+    if "plain" not in names:  # match_plain needs the reference outputs
+        names.insert(0, "plain")
+    return [GROUPS[n] for n in names]
+
+
+def parse_concurrency(text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError as exc:
+        raise SpecdError(f"--concurrency must be integers like 1,4,16: {text!r}") from exc
+    if not values or values[0] < 1:
+        raise SpecdError("--concurrency values must be >= 1")
+    return values
