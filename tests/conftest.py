@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# Real local Kubernetes cluster and Prometheus fixtures (see that module's docstring).
+pytest_plugins = ["specd.cluster.pytest_plugin"]
+
 
 @pytest.fixture(scope="session")
 def target():

@@ -1,0 +1,1 @@
+"""The local Kubernetes control plane and Prometheus used by tests and the demo."""

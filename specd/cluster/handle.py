@@ -1,0 +1,72 @@
+"""``LocalCluster``: what code and tests hold on to for a running local cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    name: str
+    state_dir: Path
+    kubeconfig: Path
+    bin_dir: Path
+    server: str  # https://127.0.0.1:<port>
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses: KUBECONFIG set, our kubectl/helm first on PATH, helm's
+        cache and config kept inside the cluster's state directory."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        helm_home = self.state_dir / "helm"
+        env["HELM_CACHE_HOME"] = str(helm_home / "cache")
+        env["HELM_CONFIG_HOME"] = str(helm_home / "config")
+        env["HELM_DATA_HOME"] = str(helm_home / "data")
+        return env
+
+    def api_client(self) -> Any:
+        """A fresh ``kubernetes.client.ApiClient`` for this cluster (admin credentials)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def _tool(self, tool: str, args: tuple[str, ...], input: str | None, check: bool,
+              timeout: float) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(self.bin_dir / tool), *args], input=input, text=True,
+                                capture_output=True, env=self.env, timeout=timeout)
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout,
+                                                result.stderr)
+        return result
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run the kubectl built with the cluster (same minor), text in and out."""
+        return self._tool("kubectl", args, input, check, timeout)
+
+    def helm(self, *args: str, input: str | None = None, check: bool = True,
+             timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return self._tool("helm", args, input, check, timeout)
+
+
+def wait_for(condition: Callable[[], T], what: str, timeout: float = 30.0,
+             interval: float = 0.2) -> T:
+    """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: T = condition()
+    while not last:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+        last = condition()
+    return last
