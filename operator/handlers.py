@@ -33,6 +33,7 @@ from specd.operator.manifests import desired_children, revision
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
 
 log = logging.getLogger(__name__)
+KOPF_PREFIX = f"operator.{k8s.GROUP}"
 
 
 @dataclass
@@ -116,8 +117,11 @@ class Reconciler:
 
     # -- reconcile ------------------------------------------------------------------------
 
-    def reconcile(self, owner: dict[str, Any], trigger: str) -> dict | None:
-        """Make the children match the spec and write the status. Raises TransientError."""
+    def reconcile(self, owner: dict[str, Any], trigger: str,
+                  logger: Any = log) -> dict | None:
+        """Make the children match the spec and write the status. Raises TransientError.
+
+        ``logger``: kopf's per-object logger, which turns warnings into Kubernetes Events."""
         meta = owner["metadata"]
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation", 1)
         started = time.monotonic()
@@ -171,8 +175,7 @@ class Reconciler:
         if error is not None:
             metrics.RECONCILES.labels(trigger=trigger, result="config_error").inc()
             metrics.API_ERRORS.labels(kind="config").inc()
-            log.warning("%s/%s is Degraded (%s): %s", namespace, name, error.reason,
-                        error.message)
+            logger.warning("Degraded (%s): %s", error.reason, error.message)
         else:
             metrics.RECONCILES.labels(trigger=trigger, result="ok").inc()
             self.last_ok = time.time()
@@ -236,9 +239,12 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=k8s.GROUP)
+        # kopf's bookkeeping lives in annotations under its own prefix (the status schema is
+        # structural, so status.kopf would be pruned).
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix=KOPF_PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=k8s.GROUP, key="last-handled-configuration")
+            prefix=KOPF_PREFIX, key="last-handled-configuration")
         settings.persistence.finalizer = f"{k8s.GROUP}/operator"
         settings.posting.level = logging.WARNING  # Warning events only (Degraded, retries)
         settings.execution.max_workers = cfg.max_workers
@@ -261,17 +267,18 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
     @kopf.on.resume(*resource, registry=registry)
     @kopf.on.create(*resource, registry=registry)
     @kopf.on.update(*resource, registry=registry)
-    def reconcile(body: kopf.Body, reason: str, retry: int, **_: Any) -> None:
+    def reconcile(body: kopf.Body, reason: Any, retry: int, logger: Any, **_: Any) -> None:
         try:
-            reconciler().reconcile(_owner_from(body), trigger=str(reason))
+            reconciler().reconcile(_owner_from(body), trigger=getattr(reason, "value", reason),
+                                   logger=logger)
         except TransientError as exc:
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
 
     @kopf.timer(*resource, interval=cfg.resync_seconds, initial_delay=cfg.resync_seconds,
                 registry=registry)
-    def resync(body: kopf.Body, retry: int, **_: Any) -> None:
+    def resync(body: kopf.Body, retry: int, logger: Any, **_: Any) -> None:
         try:
-            reconciler().reconcile(_owner_from(body), trigger="resync")
+            reconciler().reconcile(_owner_from(body), trigger="resync", logger=logger)
         except TransientError as exc:
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
 

@@ -1,0 +1,150 @@
+"""Helpers for tests and benchmarks that run the real operator against a real cluster.
+
+- ``install_crd(cluster)``: apply crds/ and wait until the API serves the kind.
+- ``operator_kubeconfig(cluster, path)``: apply deploy/rbac.yaml and write a kubeconfig for
+  the operator's ServiceAccount (a TokenRequest token), so the operator runs with exactly
+  its least-privilege rights, not as admin.
+- ``OperatorProcess``: ``specd operator`` as a subprocess (health/metrics on free loopback
+  ports, log to a file), killable and restartable.
+
+``cluster`` is a ``specd.cluster.handle.LocalCluster`` (see specd.cluster.pytest_plugin).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from specd.api import k8s
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_FILE = REPO / "crds" / "speculativeservice.yaml"
+RBAC_FILE = REPO / "deploy" / "rbac.yaml"
+OPERATOR_NAMESPACE = "specd-system"
+OPERATOR_ACCOUNT = "specd-operator"
+
+
+def install_crd(cluster: Any) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    f"crd/{k8s.PLURAL}.{k8s.GROUP}")
+    # Established can precede discovery by a moment; wait until the kind is listable.
+    deadline = time.monotonic() + 30
+    while cluster.kubectl("get", k8s.SHORT_NAME, "-A", check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the SpeculativeService kind is not served")
+        time.sleep(0.3)
+
+
+def operator_kubeconfig(cluster: Any, path: Path, duration: str = "6h") -> Path:
+    """A kubeconfig holding only the operator ServiceAccount's token."""
+    cluster.kubectl("apply", "-f", str(RBAC_FILE))
+    token = cluster.kubectl("create", "token", OPERATOR_ACCOUNT, "-n", OPERATOR_NAMESPACE,
+                            f"--duration={duration}").stdout.strip()
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    cluster_entry = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster_entry}],
+        "users": [{"name": OPERATOR_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "operator",
+                      "context": {"cluster": "local", "user": OPERATOR_ACCOUNT}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OperatorProcess:
+    """`specd operator` in a subprocess, bound to loopback."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, namespaces: tuple[str, ...] = (),
+                 extra: tuple[str, ...] = ()) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.namespaces = namespaces
+        self.extra = extra
+        self.process: subprocess.Popen[bytes] | None = None
+        self.health_port = self.metrics_port = 0
+
+    def start(self, timeout: float = 60.0) -> OperatorProcess:
+        self.health_port, self.metrics_port = free_port(), free_port()
+        cmd = [sys.executable, "-m", "specd.cli", "operator", "--kubeconfig",
+               str(self.kubeconfig), "--bind", "127.0.0.1",
+               "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
+               *[arg for ns in self.namespaces for arg in ("--namespace", ns)], *self.extra]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child's lifetime
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.process.returncode}:\n"
+                                   + self.log_tail())
+            if time.monotonic() > deadline:
+                raise TimeoutError("operator not healthy in time:\n" + self.log_tail())
+            time.sleep(0.2)
+        return self
+
+    def _get(self, port: int, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return response.read().decode()
+
+    def healthy(self) -> bool:
+        try:
+            self._get(self.health_port, "/healthz")
+            return True
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        return self._get(self.metrics_port, "/metrics")
+
+    def health(self) -> str:
+        return self._get(self.health_port, "/healthz")
+
+    def rss_bytes(self) -> int:
+        import psutil
+
+        assert self.process is not None
+        return int(psutil.Process(self.process.pid).memory_info().rss)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crash or an evicted pod."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
