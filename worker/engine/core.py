@@ -1,0 +1,459 @@
+"""The synchronous engine core: one ``step()`` is one round over the running batch.
+
+Round: admit newcomers into free KV slots -> draft (decoding requests) -> schedule verify
+lengths (policy) -> ONE batched target forward over every request's pending token plus its
+verified drafts, plus prefill chunks of newcomers -> verify (greedy or speculative sampling)
+-> commit (roll the KV back to the committed length, emit tokens, stop checks).
+
+Invariant per decoding request: the KV cache holds every committed token except the last one
+(the *pending* token), and ``hidden`` is the target's final-norm hidden state at the last
+cached position (the state that produced the pending token). Drafts follow the pending token.
+
+Thread-safety: ``add``/``cancel``/``set_policy`` only append to an inbox under a lock; the
+inbox is applied at the start of the next round, on the thread running ``step()``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from specd.api import metrics as mnames
+from specd.api.policy import Policy
+from specd.worker.drafters.base import Drafter, DraftRow
+from specd.worker.engine import verifier
+from specd.worker.engine.api import (
+    EngineConfig,
+    EngineError,
+    EngineStats,
+    GenerationRequest,
+    SpecStats,
+    StreamEvent,
+)
+from specd.worker.engine.llama import LlamaRunner, Row
+from specd.worker.engine.metrics import EngineMetrics
+from specd.worker.engine.scheduler import CostTable, schedule
+
+Sink = Callable[[StreamEvent], None]
+
+
+class _Seq:
+    """A request's state inside the engine."""
+
+    def __init__(self, req: GenerationRequest, sink: Sink, eos: set[int], device: torch.device,
+                 now: float) -> None:
+        self.req = req
+        self.id = req.request_id
+        self.params = req.params
+        self.group = mnames.task_group(req.task_group)
+        self.prompt = list(req.prompt_token_ids)
+        self.tokens = list(self.prompt)  # committed; the pending token last once decoding
+        self.prefilled = 0
+        self.slot: int | None = None
+        self.decoding = False
+        self.hidden: torch.Tensor | None = None
+        self.output: list[int] = []
+        self.spec = SpecStats()
+        seed = self.params.seed
+        self.generator = (torch.Generator(device=device).manual_seed(seed)
+                          if seed is not None else None)
+        self.eos = set() if self.params.ignore_eos else eos
+        self.sink = sink
+        self.text = ""  # text sent so far
+        self.finish_reason: str | None = None
+        self.t_submit = now
+        self.t_first: float | None = None
+
+
+class EngineCore:
+    def __init__(self, runner: LlamaRunner, drafter: Drafter, tokenizer: Any,
+                 config: EngineConfig, policy: Policy, metrics: EngineMetrics,
+                 costs: CostTable | None = None, eos_token_ids: set[int] | None = None) -> None:
+        self.runner = runner
+        self.drafter = drafter
+        self.tokenizer = tokenizer
+        self.config = config
+        self.policy = policy
+        self.metrics = metrics
+        self.cache = runner.new_cache(config.max_slots, config.max_context)
+        self.costs = costs or CostTable.flat()
+        self.device = runner.device
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        if eos_token_ids is None:
+            eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+            eos_token_ids = {eos} if eos is not None else set()
+        self.eos = set(eos_token_ids)
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self._inbox: list[tuple[str, Any]] = []
+        self._lock = threading.Lock()
+        self.rounds = 0
+        self.phase_seconds = {p: 0.0 for p in mnames.PHASES}
+        self.verify_sampling = verifier.verify_sampling  # swappable: tests inject a wrong rule
+        self._set_policy_labels()
+
+    # -- inbox (any thread) ----------------------------------------------------------------
+    def add(self, req: GenerationRequest, sink: Sink) -> None:
+        limit = self.config.max_context
+        if len(req.prompt_token_ids) + req.params.max_tokens > limit:
+            raise EngineError(f"prompt ({len(req.prompt_token_ids)} tokens) + max_tokens "
+                              f"({req.params.max_tokens}) exceeds the engine's context ({limit})")
+        vocab = self.runner.vocab_size if self.runner.vocab_size else None
+        if vocab and (min(req.prompt_token_ids) < 0 or max(req.prompt_token_ids) >= vocab):
+            raise EngineError(f"prompt token ids must be in [0, {vocab})")
+        seq = _Seq(req, sink, self.eos if req.params.eos_token_ids is None
+                   else set(req.params.eos_token_ids), self.device, time.perf_counter())
+        with self._lock:
+            self._inbox.append(("add", seq))
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            self._inbox.append(("cancel", request_id))
+
+    def set_policy(self, policy: Policy) -> None:
+        with self._lock:
+            self._inbox.append(("policy", policy))
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or self._inbox)
+
+    def stats(self, ready: bool = True) -> EngineStats:
+        return EngineStats(queue_depth=len(self.waiting) + sum(1 for k, _ in self._inbox if k == "add"),
+                           running=len(self.running), kv_used_tokens=self.cache.used_tokens,
+                           kv_capacity_tokens=self.cache.capacity_tokens, rounds=self.rounds,
+                           drafter=self.drafter.name, policy_mode=self.policy.mode,
+                           policy_version=self.policy.version(), ready=ready)
+
+    # -- the round ---------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one round. Returns False when there was nothing to do."""
+        self._apply_inbox()
+        self._admit()
+        if not self.running:
+            self._gauges()
+            return False
+        policy = self.policy
+        t0 = time.perf_counter()
+        decode = [s for s in self.running if s.decoding]
+        prefill = [s for s in self.running if not s.decoding]
+
+        # draft
+        speculate = policy.mode != "plain" and self.drafter.name != "none"
+        want_k = policy.k_max if policy.mode == "scheduled" else policy.fixed_length
+        drafts: list[list[int]] = [[] for _ in decode]
+        confs: list[list[float]] = [[] for _ in decode]
+        qs: list[torch.Tensor | None] = [None] * len(decode)
+        if speculate and decode:
+            rows, idx = [], []
+            for i, s in enumerate(decode):
+                k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
+                if k > 0:
+                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature, s.generator))
+                    idx.append(i)
+            if rows:
+                hidden = (torch.stack([decode[i].hidden for i in idx])
+                          if self.drafter.needs_hidden else None)
+                prop = self.drafter.propose(rows, hidden, self.generator)
+                for j, i in enumerate(idx):
+                    drafts[i] = prop.tokens[j]
+                    confs[i] = prop.confidence[j]
+                    qs[i] = prop.q[j] if prop.q else None
+        t1 = time.perf_counter()
+
+        # prefill allowance: a whole prompt when nothing decodes, else one chunk per round
+        budget = policy.max_batch_tokens if not decode else self.config.prefill_chunk
+        chunks: list[tuple[_Seq, int]] = []
+        for s in prefill:
+            n = min(len(s.prompt) - s.prefilled, budget)
+            if n <= 0:
+                break
+            chunks.append((s, n))
+            budget -= n
+        base_tokens = len(decode) + sum(n for _, n in chunks)
+
+        # schedule
+        sched = schedule(policy, confs, base_tokens, self.costs)
+        lengths = sched.lengths
+        t2 = time.perf_counter()
+
+        # verify: one forward for everyone
+        rows = []
+        kv_before = []
+        for s, v, d in zip(decode, lengths, drafts, strict=True):
+            kv_before.append(self.cache.lengths[s.slot])
+            rows.append(Row(s.slot, [s.tokens[-1], *d[:v]], "all"))
+        finals = []
+        for s, n in chunks:
+            final = s.prefilled + n == len(s.prompt)
+            rows.append(Row(s.slot, s.prompt[s.prefilled: s.prefilled + n], "last" if final else "none"))
+            s.prefilled += n
+            if final:
+                finals.append(s)
+        out = self.runner.forward(self.cache, rows)
+        # rows to verify: decoding requests, then prefills that just finished (no drafts)
+        entries = [(s, d[:v], qs[i], out.starts[i]) for i, (s, v, d) in
+                   enumerate(zip(decode, lengths, drafts, strict=True))]
+        n_dec = len(decode)
+        fin_i = [n_dec + j for j, (s, _) in enumerate(chunks) if s in finals]
+        entries += [(chunks[i - n_dec][0], [], None, out.starts[i]) for i in fin_i]
+        results = self._verify(entries, out.logits)
+        t3 = time.perf_counter()
+
+        # commit
+        acc_by_pos: dict[int, int] = {}
+        group_counts: dict[str, list[int]] = {}
+        for e, (s, d, _q, start) in enumerate(entries):
+            accepted, nxt = results[e]
+            s.hidden = out.hidden[start + accepted]
+            if e < n_dec:
+                self.cache.truncate(s.slot, kv_before[e] + 1 + accepted)
+                s.spec.rounds += 1
+                s.spec.drafted += len(drafts[e])
+                s.spec.verified += len(d)
+                s.spec.accepted += accepted
+                s.spec.emitted += accepted + 1
+                c = group_counts.setdefault(s.group, [0, 0, 0, 0])
+                c[0] += len(drafts[e])
+                c[1] += len(d)
+                c[2] += accepted
+                c[3] += accepted + 1
+                for p in range(1, accepted + 1):
+                    acc_by_pos[p] = acc_by_pos.get(p, 0) + 1
+                self._hist(s, len(d), accepted)
+            else:
+                s.decoding = True
+            self._commit(s, [*d[:accepted], nxt])
+        t4 = time.perf_counter()
+
+        self.rounds += 1
+        self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, acc_by_pos,
+                            sum(1 for x in lengths if x > 0))
+        return True
+
+    # -- verification ------------------------------------------------------------------------
+    def _verify(self, entries: list, logits: torch.Tensor | None) -> list[tuple[int, int]]:
+        results: list[tuple[int, int]] = [(0, 0)] * len(entries)
+        if not entries:
+            return results
+        greedy = [e for e, ent in enumerate(entries) if ent[0].params.greedy]
+        sampled = [e for e, ent in enumerate(entries) if not ent[0].params.greedy]
+        if greedy:
+            rows = torch.cat([torch.arange(entries[e][3], entries[e][3] + len(entries[e][1]) + 1)
+                              for e in greedy]).to(self.device)
+            am = logits[rows].argmax(-1).tolist()
+            pos = 0
+            for e in greedy:
+                d = entries[e][1]
+                results[e] = verifier.accept_greedy(d, am[pos: pos + len(d) + 1])
+                pos += len(d) + 1
+        if sampled:
+            self._verify_sampled(entries, sampled, logits, results)
+        return results
+
+    def _verify_sampled(self, entries: list, idx: list[int], logits: torch.Tensor,
+                        results: list) -> None:
+        dev = self.device
+        k = max(len(entries[e][1]) for e in idx)
+        b = len(idx)
+        vocab = logits.shape[-1]
+        gather = torch.zeros(b, k + 1, dtype=torch.long)
+        temps, topk, topp = [], [], []
+        draft = torch.zeros(b, k, dtype=torch.long)
+        lengths = torch.zeros(b, dtype=torch.long)
+        q = torch.zeros(b, k, vocab, device=dev, dtype=torch.float32)
+        u_acc = torch.zeros(b, k, device=dev)
+        u_smp = torch.zeros(b, device=dev)
+        for j, e in enumerate(idx):
+            s, d, qd, start = entries[e]
+            n = len(d)
+            gather[j] = start + torch.arange(k + 1).clamp(max=n)
+            lengths[j] = n
+            if n:
+                draft[j, :n] = torch.tensor(d)
+                if qd is None:  # deterministic draft: q is one-hot at the drafted token
+                    q[j, torch.arange(n), torch.tensor(d)] = 1.0
+                else:
+                    q[j, :n] = qd[:n].float()
+            gen = s.generator or self.generator
+            u = torch.rand(n + 1, generator=gen, device=dev)
+            u_acc[j, :n] = u[:n]
+            u_smp[j] = u[n]
+            temps.append(s.params.temperature)
+            topk.append(s.params.top_k)
+            topp.append(s.params.top_p)
+        flat = logits[gather.view(-1).to(dev)]
+        rep = k + 1
+        p = verifier.target_probs(
+            flat,
+            torch.tensor(temps, device=dev).repeat_interleave(rep),
+            torch.tensor(topk, device=dev).repeat_interleave(rep),
+            torch.tensor(topp, device=dev, dtype=torch.float32).repeat_interleave(rep),
+        ).view(b, rep, vocab)
+        accepted, nxt = self.verify_sampling(p, q, draft.to(dev), lengths.to(dev), u_acc, u_smp)
+        for j, e in enumerate(idx):
+            results[e] = (int(accepted[j]), int(nxt[j]))
+
+    # -- commit ------------------------------------------------------------------------------
+    def _commit(self, s: _Seq, new: list[int]) -> None:
+        now = time.perf_counter()
+        if s.t_first is None:
+            s.t_first = now
+            self.metrics.ttft.labels(s.group).observe(now - s.t_submit)
+        p = s.params
+        emitted: list[int] = []
+        reason = None
+        for tok in new:
+            s.output.append(tok)
+            s.tokens.append(tok)
+            emitted.append(tok)
+            if tok in s.eos:
+                reason = "stop"
+                break
+            if p.stop and self._stop_hit(s):
+                reason = "stop"
+                break
+            if len(s.output) >= p.max_tokens:
+                reason = "length"
+                break
+        text = self._text_delta(s, final=reason is not None)
+        if reason is not None:
+            self._finish(s, reason, emitted, text)
+        else:
+            s.sink(StreamEvent(s.id, emitted, text, spec=_copy(s.spec),
+                               prompt_tokens=len(s.prompt), completion_tokens=len(s.output)))
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _stop_hit(self, s: _Seq) -> bool:
+        text = self._decode(s.output)
+        longest = max(len(x) for x in s.params.stop)
+        window = text[max(0, len(s.text) - longest):]
+        return any(x in window for x in s.params.stop)
+
+    def _text_delta(self, s: _Seq, final: bool) -> str:
+        text = self._decode(s.output)
+        if s.params.stop:
+            cut = [text.find(x) for x in s.params.stop]
+            cut = [c for c in cut if c >= 0]
+            if cut:
+                text = text[: min(cut)]
+            elif not final:  # hold back what could be the start of a stop string
+                hold = max(len(x) for x in s.params.stop) - 1
+                text = text[: max(len(s.text), len(text) - hold)]
+        if not final and text.endswith("\ufffd"):  # an incomplete UTF-8 sequence
+            text = text[:-1]
+        if not text.startswith(s.text):  # detokenisation changed earlier text: send nothing new
+            return ""
+        delta = text[len(s.text):]
+        s.text = text
+        return delta
+
+    def _finish(self, s: _Seq, reason: str, emitted: list[int], text: str,
+                error: str | None = None) -> None:
+        s.finish_reason = reason
+        if s.slot is not None:
+            self.cache.release(s.slot)
+            s.slot = None
+        self.drafter.release(s.id)
+        if s in self.running:
+            self.running.remove(s)
+        now = time.perf_counter()
+        outcome = {"stop": "finished", "length": "finished"}.get(reason, reason)
+        self.metrics.requests.labels(outcome, s.group).inc()
+        self.metrics.latency.labels(s.group).observe(now - s.t_submit)
+        if s.t_first is not None and len(s.output) > 1:
+            self.metrics.tpot.labels(s.group).observe((now - s.t_first) / (len(s.output) - 1))
+        s.sink(StreamEvent(s.id, emitted, text, finished=True, finish_reason=reason,
+                           spec=_copy(s.spec), prompt_tokens=len(s.prompt),
+                           completion_tokens=len(s.output), error=error))
+
+    # -- admission, inbox, metrics -----------------------------------------------------------
+    def _apply_inbox(self) -> None:
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+        for kind, item in inbox:
+            if kind == "add":
+                self.waiting.append(item)
+            elif kind == "cancel":
+                self._cancel(item)
+            elif kind == "policy":
+                self.policy = item
+                self._set_policy_labels()
+
+    def _cancel(self, request_id: str) -> None:
+        for s in list(self.waiting):
+            if s.id == request_id:
+                self.waiting.remove(s)
+                self._finish(s, "cancelled", [], "")
+                return
+        for s in list(self.running):
+            if s.id == request_id:
+                self._finish(s, "cancelled", [], "")
+                return
+
+    def cancel_all(self) -> None:
+        self._apply_inbox()
+        for s in list(self.waiting) + list(self.running):
+            self._cancel(s.id)
+
+    def _admit(self) -> None:
+        while self.waiting and self.cache.free_slots:
+            s = self.waiting.popleft()
+            s.slot = self.cache.allocate()
+            self.running.append(s)
+        self._gauges()
+
+    def _gauges(self) -> None:
+        self.metrics.queue_depth.set(len(self.waiting))
+        self.metrics.running.set(len(self.running))
+        self.metrics.kv_usage.set(self.cache.usage())
+
+    def _set_policy_labels(self) -> None:
+        labels = (self.drafter.name, self.policy.mode, self.policy.version())
+        self._labels = labels
+        self.metrics.policy_info.clear()
+        self.metrics.policy_info.labels(self.policy.mode, labels[2], self.drafter.name).set(1)
+        m = self.metrics
+        self._phase = {p: m.phase.labels(*labels, p) for p in mnames.PHASES}
+        self._rounds_c = m.rounds.labels(*labels)
+        self._vlen = m.verify_length.labels(*labels)
+        self._vreq = m.verified_requests.labels(*labels)
+
+    def _hist(self, s: _Seq, verified: int, accepted: int) -> None:
+        self._vlen.observe(verified)
+        self.metrics.acceptance_length.labels(*self._labels, s.group).observe(accepted + 1)
+
+    def _round_metrics(self, phases: tuple[float, ...], group_counts: dict[str, list[int]],
+                       acc_by_pos: dict[int, int], verified_requests: int) -> None:
+        m = self.metrics
+        for name, sec in zip(mnames.PHASES, phases, strict=True):
+            self._phase[name].observe(sec)
+            self.phase_seconds[name] += sec
+        self._rounds_c.inc()
+        if verified_requests:
+            self._vreq.inc(verified_requests)
+        for group, (dr, ve, ac, em) in group_counts.items():
+            lab = (*self._labels, group)
+            if dr:
+                m.drafted.labels(*lab).inc(dr)
+                m.truncated.labels(*lab).inc(dr - ve)
+            if ve:
+                m.verified.labels(*lab).inc(ve)
+            if ac:
+                m.accepted.labels(*lab).inc(ac)
+            m.emitted.labels(*lab).inc(em)
+        for pos, n in acc_by_pos.items():
+            m.accepted_pos.labels(*self._labels, str(pos)).inc(n)
+        self._gauges()
+
+
+def _copy(spec: SpecStats) -> SpecStats:
+    return SpecStats(spec.rounds, spec.drafted, spec.verified, spec.accepted, spec.emitted)

@@ -1,0 +1,183 @@
+"""The engine facade: async submit/stream over a background round thread (see ``api``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from specd.api.policy import Policy
+from specd.worker.engine.api import (
+    EngineConfig,
+    EngineError,
+    EngineStats,
+    GenerationRequest,
+    RequestOutput,
+    StreamEvent,
+)
+
+
+class Engine:
+    """One target model, one drafter, one policy at a time (swappable between rounds)."""
+
+    def __init__(self, loaded: Any, config: EngineConfig | None = None,
+                 policy: Policy | None = None, registry: Any = None,
+                 drafter_net: Any = None, costs: Any = None) -> None:
+        """``loaded``: a ``specd.worker.model.LoadedModel`` (tokenizer may be None in tests).
+        ``drafter_net``: an already bound net (tests); ``costs``: a CostTable to skip profiling."""
+        from specd.worker.drafters.registry import build_drafter
+        from specd.worker.engine.core import EngineCore
+        from specd.worker.engine.llama import LlamaRunner
+        from specd.worker.engine.metrics import EngineMetrics
+
+        self.config = config or EngineConfig()
+        self.loaded = loaded
+        self.runner = LlamaRunner(loaded.model)
+        self.drafter = build_drafter(self.config.drafter, loaded, self.config.drafter_path,
+                                     self.config.max_slots, self.config.max_context, drafter_net)
+        self.metrics = EngineMetrics(registry)
+        self.core = EngineCore(self.runner, self.drafter, loaded.tokenizer, self.config,
+                               policy or Policy(), self.metrics, costs)
+        self._costs_ready = costs is not None or self.config.cost_profile == "none"
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._draining = False
+
+    @classmethod
+    def from_model(cls, reference: str, config: EngineConfig | None = None,
+                   policy: Policy | None = None, registry: Any = None, device: str = "auto",
+                   dtype: str = "auto") -> Engine:
+        from specd.worker.model import load_model
+
+        return cls(load_model(reference, device, dtype), config, policy, registry)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """Model and drafter loaded, step-cost table measured."""
+        return self._costs_ready
+
+    def prepare(self) -> None:
+        """Measure the step-cost table (blocking). ``start()`` calls it."""
+        if not self._costs_ready:
+            from specd.worker.engine.cost import measure_costs
+
+            self.core.costs = measure_costs(self.runner, self.core.cache,
+                                            self.core.policy.max_batch_tokens)
+            self._costs_ready = True
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.prepare)
+        self.start_thread()
+
+    def start_thread(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._loop, name="specd-engine", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            if not self.core.step():
+                if self._draining:
+                    break
+                self._wake.wait(0.05)
+                self._wake.clear()
+
+    async def stop(self, drain: bool = True) -> None:
+        """Stop the round thread; ``drain`` finishes queued and running requests first."""
+        if not drain:
+            self.core.cancel_all()
+        self._draining = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        self._draining = False
+
+    # -- requests ----------------------------------------------------------------------------
+    def submit(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        """Queue a request; iterate the result for its events (the last has finished=True).
+
+        Raises EngineError at once for a request the engine cannot serve.
+        """
+        if self._draining:
+            raise EngineError("engine is stopping")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+
+        def sink(event: StreamEvent) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        self.core.add(request, sink)
+        self._wake.set()
+        return _events(queue, self, request.request_id)
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request; its KV slot is freed at the start of the next round."""
+        self.core.cancel(request_id)
+        self._wake.set()
+
+    def set_policy(self, policy: Policy) -> None:
+        """Takes effect at the next round."""
+        self.core.set_policy(policy)
+        self._wake.set()
+
+    @property
+    def policy(self) -> Policy:
+        return self.core.policy
+
+    def stats(self) -> EngineStats:
+        return self.core.stats(self.ready)
+
+    def generate(self, requests: list[GenerationRequest]) -> list[RequestOutput]:
+        """Run the given requests to completion on the calling thread (tests, benchmarks)."""
+        if self._thread is not None:
+            raise EngineError("generate() runs rounds itself: stop the engine thread first")
+        results: dict[str, RequestOutput] = {}
+        starts: dict[str, float] = {}
+        firsts: dict[str, float] = {}
+
+        def sink_for(req: GenerationRequest):
+            out = RequestOutput(req.request_id, list(req.prompt_token_ids), [], "", "length",
+                                None)  # type: ignore[arg-type]
+
+            def sink(ev: StreamEvent) -> None:
+                if ev.token_ids and req.request_id not in firsts:
+                    firsts[req.request_id] = time.perf_counter()
+                out.token_ids.extend(ev.token_ids)
+                out.text += ev.text
+                out.spec = ev.spec
+                if ev.finished:
+                    out.finish_reason = ev.finish_reason  # type: ignore[assignment]
+                    now = time.perf_counter()
+                    out.latency_s = now - starts[req.request_id]
+                    out.first_token_s = firsts.get(req.request_id, now) - starts[req.request_id]
+                    results[req.request_id] = out
+            return sink
+
+        for req in requests:
+            starts[req.request_id] = time.perf_counter()
+            self.core.add(req, sink_for(req))
+        while len(results) < len(requests):
+            if not self.core.step() and len(results) < len(requests):
+                raise EngineError("engine stalled with unfinished requests")
+        return [results[r.request_id] for r in requests]
+
+
+async def _events(queue: asyncio.Queue, engine: Engine, request_id: str
+                  ) -> AsyncIterator[StreamEvent]:
+    finished = False
+    try:
+        while True:
+            event = await queue.get()
+            yield event
+            if event.finished:
+                finished = True
+                return
+    finally:
+        if not finished:  # the consumer went away (client disconnect): free the slot
+            engine.cancel(request_id)

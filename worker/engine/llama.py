@@ -1,0 +1,243 @@
+"""A small batched Llama forward over a Hugging Face Llama model's weights.
+
+Why our own forward: continuous batching with ragged new-token counts per request, a slot-based
+KV cache with rollback by length, logits only where they are needed (the lm_head is the most
+expensive matmul of a small model on CPU) and the final-norm hidden state for the drafters.
+The math is HF's: RMSNorm in float32, RoPE from the model's own rotary module (so any rope
+config the model declares applies), grouped-query attention via SDPA, SiLU-gated MLP, tied or
+untied lm_head. ``tests/engine`` checks logits against the HF model.
+
+Linear layers run on the flat token list (no padding); only attention groups rows: short rows
+(decode/verify) are padded together, long rows (prefill chunks) run alone, so a prefill chunk
+joining the batch does not pad every decode row to its length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from specd.worker.engine.kv_cache import KVCache
+
+Want = Literal["all", "last", "none"]
+SHORT_ROW = 32  # rows with at most this many new tokens share one padded attention call
+
+
+@dataclass
+class Row:
+    """New tokens of one request for this forward; they are appended to the slot's cache."""
+
+    slot: int
+    tokens: list[int]
+    want: Want = "all"  # which positions return hidden states and logits
+
+
+@dataclass
+class ForwardOutput:
+    hidden: torch.Tensor  # [M, hidden] final-norm hidden states (lm_head input)
+    logits: torch.Tensor | None  # [M, vocab] float32, None when not asked for
+    starts: list[int]  # row r's outputs are hidden[starts[r] : starts[r] + counts[r]]
+    counts: list[int]
+
+
+class LlamaRunner:
+    """Batched forward of a (HF) Llama causal LM with a KVCache."""
+
+    def __init__(self, hf_model: Any) -> None:
+        cfg = hf_model.config
+        if getattr(cfg, "model_type", None) not in ("llama", "mistral", "qwen2"):
+            raise ValueError(f"LlamaRunner supports Llama-architecture models, got {cfg.model_type!r}")
+        inner = hf_model.model
+        self._setup(cfg, inner.embed_tokens.weight, inner.layers, inner.norm.weight,
+                    inner.rotary_emb, hf_model.lm_head.weight)
+
+    @classmethod
+    def from_parts(cls, config: Any, embed: torch.Tensor, layers: Any, norm_weight: torch.Tensor,
+                   rotary: Any, lm_head: torch.Tensor) -> LlamaRunner:
+        """A runner over explicit parts (e.g. a draft LM that borrows the target's embedding
+        and a vocabulary-restricted LM head)."""
+        runner = cls.__new__(cls)
+        runner._setup(config, embed, layers, norm_weight, rotary, lm_head)
+        return runner
+
+    def _setup(self, cfg: Any, embed: torch.Tensor, layers: Any, norm_weight: torch.Tensor,
+               rotary: Any, lm_head: torch.Tensor) -> None:
+        self.config = cfg
+        self.num_layers = cfg.num_hidden_layers
+        self.num_heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.hidden_size = cfg.hidden_size
+        self.vocab_size = lm_head.shape[0]
+        self.eps = cfg.rms_norm_eps
+        self.embed = embed
+        self.dtype = lm_head.dtype
+        self.device = lm_head.device
+        self.rotary = rotary
+        self.norm_w = norm_weight
+        self.lm_head = lm_head
+        self.layers = []
+        for layer in layers:
+            att, mlp = layer.self_attn, layer.mlp
+            if getattr(att.q_proj, "bias", None) is not None:
+                qkv_b = torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
+            else:
+                qkv_b = None
+            self.layers.append((
+                layer.input_layernorm.weight,
+                torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),  # fused
+                qkv_b,
+                att.o_proj.weight,
+                layer.post_attention_layernorm.weight,
+                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),  # fused gate|up
+                mlp.down_proj.weight,
+            ))
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.kv_heads * self.head_dim
+        self.ffn = cfg.intermediate_size
+
+    def new_cache(self, slots: int, max_context: int) -> KVCache:
+        return KVCache(self.num_layers, slots, max_context, self.kv_heads, self.head_dim,
+                       self.dtype, self.device)
+
+    def cache_bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.kv_size * torch.finfo(self.dtype).bits // 8
+
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * xf.to(x.dtype)
+
+    @torch.inference_mode()
+    def forward(self, cache: KVCache, rows: list[Row], logits: bool = True) -> ForwardOutput:
+        """Append each row's tokens to its slot and return outputs for the wanted positions."""
+        dev = self.device
+        n_rows = len(rows)
+        counts_in = [len(r.tokens) for r in rows]
+        if n_rows == 0 or min(counts_in) == 0:
+            raise ValueError("every row needs at least one new token")
+        starts_in = [cache.lengths[r.slot] for r in rows]
+        for r, s, n in zip(rows, starts_in, counts_in, strict=True):
+            if s + n > cache.max_context:
+                raise ValueError(f"slot {r.slot}: {s}+{n} tokens exceed max_context {cache.max_context}")
+        flat_tokens: list[int] = []
+        flat_pos: list[int] = []
+        flat_slot: list[int] = []
+        for r, s, n in zip(rows, starts_in, counts_in, strict=True):
+            flat_tokens.extend(r.tokens)
+            flat_pos.extend(range(s, s + n))
+            flat_slot.extend([r.slot] * n)
+        total = len(flat_tokens)
+        tok = torch.tensor(flat_tokens, device=dev)
+        pos = torch.tensor(flat_pos, device=dev)
+        slot_t = torch.tensor(flat_slot, device=dev)
+
+        # outputs wanted
+        out_idx: list[int] = []
+        out_starts: list[int] = []
+        out_counts: list[int] = []
+        offset = 0
+        for r, n in zip(rows, counts_in, strict=True):
+            out_starts.append(len(out_idx))
+            if r.want == "all":
+                out_idx.extend(range(offset, offset + n))
+            elif r.want == "last":
+                out_idx.append(offset + n - 1)
+            out_counts.append(len(out_idx) - out_starts[-1])
+            offset += n
+
+        groups = self._attention_groups(rows, starts_in, counts_in)
+
+        x = F.embedding(tok, self.embed)
+        cos, sin = self.rotary(x[None], pos[None])  # [1, total, head_dim]
+        cos = cos[0][:, None, :]
+        sin = sin[0][:, None, :]
+        nh, kvh, hd = self.num_heads, self.kv_heads, self.head_dim
+        for li, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
+            h = self._rms(x, ln1)
+            qkv = F.linear(h, w_qkv, b_qkv)
+            q = qkv[:, : self.q_size].view(total, nh, hd)
+            k = qkv[:, self.q_size: self.q_size + self.kv_size].view(total, kvh, hd)
+            v = qkv[:, self.q_size + self.kv_size:].view(total, kvh, hd)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            ck, cv = cache.k[li], cache.v[li]
+            ck[slot_t, :, pos] = k
+            cv[slot_t, :, pos] = v
+            attn = torch.empty(total, nh, hd, dtype=x.dtype, device=dev)
+            for g in groups:
+                attn[g.flat_index] = g.attend(q, ck, cv)
+            x = x + F.linear(attn.view(total, self.q_size), w_o)
+            h = self._rms(x, ln2)
+            gu = F.linear(h, w_gu)
+            x = x + F.linear(F.silu(gu[:, : self.ffn]) * gu[:, self.ffn:], w_down)
+
+        for r, n in zip(rows, counts_in, strict=True):
+            cache.lengths[r.slot] += n
+        sel = x[torch.tensor(out_idx, device=dev)] if len(out_idx) != total else x
+        hidden = self._rms(sel, self.norm_w)
+        out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
+        return ForwardOutput(hidden, out_logits, out_starts, out_counts)
+
+    def _attention_groups(self, rows: list[Row], starts: list[int], counts: list[int]) -> list[_Group]:
+        dev = self.device
+        offsets = [0]
+        for n in counts:
+            offsets.append(offsets[-1] + n)
+        short = [i for i, n in enumerate(counts) if n <= SHORT_ROW]
+        long = [i for i, n in enumerate(counts) if n > SHORT_ROW]
+        groups = []
+        if short:
+            short.sort(key=lambda i: rows[i].slot)
+            groups.append(_Group.build([rows[i].slot for i in short], [starts[i] for i in short],
+                                       [counts[i] for i in short], [offsets[i] for i in short], dev))
+        for i in long:
+            groups.append(_Group.build([rows[i].slot], [starts[i]], [counts[i]], [offsets[i]], dev))
+        return groups
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@dataclass
+class _Group:
+    """Rows whose attention runs as one padded SDPA call."""
+
+    slots: torch.Tensor | slice
+    gather: torch.Tensor  # [B, n_max] flat index of each padded query (pads repeat a real one)
+    valid: torch.Tensor  # [B, n_max] bool
+    flat_index: torch.Tensor  # flat indices of valid queries, in (row, position) order
+    mask: torch.Tensor  # [B, 1, n_max, ctx] bool
+    ctx: int
+
+    @staticmethod
+    def build(slots: list[int], starts: list[int], counts: list[int], offsets: list[int],
+              dev: torch.device) -> _Group:
+        b = len(slots)
+        n_max = max(counts)
+        ctx = max(s + n for s, n in zip(starts, counts, strict=True))
+        j = torch.arange(n_max, device=dev)
+        cnt = torch.tensor(counts, device=dev)
+        off = torch.tensor(offsets, device=dev)
+        st = torch.tensor(starts, device=dev)
+        valid = j[None, :] < cnt[:, None]
+        gather = off[:, None] + torch.minimum(j[None, :], cnt[:, None] - 1)
+        qpos = st[:, None] + j[None, :]  # absolute position of each query
+        keys = torch.arange(ctx, device=dev)
+        mask = (keys[None, None, :] <= qpos[:, :, None])[:, None]
+        contiguous = slots == list(range(slots[0], slots[0] + b))
+        slot_sel: torch.Tensor | slice = (slice(slots[0], slots[0] + b) if contiguous
+                                          else torch.tensor(slots, device=dev))
+        return _Group(slot_sel, gather, valid, gather[valid], mask, ctx)
+
+    def attend(self, q: torch.Tensor, ck: torch.Tensor, cv: torch.Tensor) -> torch.Tensor:
+        qb = q[self.gather].transpose(1, 2)  # [B, nh, n_max, hd]
+        kb = ck[self.slots, :, : self.ctx]
+        vb = cv[self.slots, :, : self.ctx]
+        out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=self.mask, enable_gqa=True)
+        return out.transpose(1, 2)[self.valid]  # [n_valid, nh, hd]

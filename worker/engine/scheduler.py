@@ -1,0 +1,159 @@
+"""Verification scheduling: how many drafted tokens each request sends to the target.
+
+Pure functions over small arrays (no torch, no engine state), one call per round:
+
+- ``plain``: verify nothing (plain decoding).
+- ``fixed``: every request verifies min(fixed_length, drafted) (Scheme A).
+- ``scheduled`` (Scheme B): calibrated confidences c(r, j) give prefix survival
+  S(r, i) = prod_{j<=i} c(r, j), the expected number of accepted drafts of request r when it
+  verifies i tokens is sum_{j<=i} S(r, j). With T base tokens in the forward (one pending token
+  per decoding request plus any prefill chunk) and a measured, monotone step-cost table, the
+  global budget is B* = argmax_B [N + sum of the top-B survivals] / cost(T + B): expected
+  committed tokens per second of target time. Survivals are non-increasing along a request's
+  positions, so the top-B set is a contiguous prefix of every request (ties broken by
+  position). Bounds: per-request min_verify (always verified, if drafted) and max_verify,
+  survival_floor, and max_batch_tokens on T + B.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specd.api.policy import Calibration, Policy
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Target forward time (seconds) against batched token count, non-decreasing."""
+
+    tokens: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    @staticmethod
+    def from_measurements(tokens: Sequence[int], seconds: Sequence[float]) -> CostTable:
+        """Sort by token count and make monotone (running max): a bigger batch never costs less."""
+        if not tokens or len(tokens) != len(seconds):
+            raise ValueError("need equally many (>= 1) token counts and timings")
+        pairs = sorted(zip(tokens, seconds, strict=True))
+        ts = [int(t) for t, _ in pairs]
+        if ts[0] < 1 or len(set(ts)) != len(ts):
+            raise ValueError("token counts must be distinct and >= 1")
+        secs = np.maximum.accumulate(np.array([s for _, s in pairs], dtype=float))
+        if secs[0] <= 0:
+            raise ValueError("timings must be positive")
+        return CostTable(tuple(ts), tuple(float(s) for s in secs))
+
+    @staticmethod
+    def flat() -> CostTable:
+        """Every forward costs the same: verify everything the bounds allow."""
+        return CostTable((1,), (1.0,))
+
+    def cost(self, tokens: int | np.ndarray) -> np.ndarray:
+        """Piecewise-linear interpolation; beyond the grid, the last segment's slope."""
+        t = np.asarray(tokens, dtype=float)
+        xs = np.array(self.tokens, dtype=float)
+        ys = np.array(self.seconds, dtype=float)
+        out = np.interp(t, xs, ys)
+        if len(xs) >= 2:
+            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
+            out = np.where(t > xs[-1], ys[-1] + slope * (t - xs[-1]), out)
+        return out
+
+
+def calibrate(conf: Sequence[float], calibration: Calibration) -> list[float]:
+    """Policy-level correction c' = sigmoid(logit(c) / T_i + b_i) (identity when empty)."""
+    if not calibration.temperature and not calibration.bias:
+        return [min(max(float(c), 0.0), 1.0) for c in conf]
+    out = []
+    for i, c in enumerate(conf):
+        c = min(max(float(c), 1e-6), 1 - 1e-6)
+        temp = _at(calibration.temperature, i, 1.0)
+        bias = _at(calibration.bias, i, 0.0)
+        z = math.log(c / (1 - c)) / temp + bias
+        out.append(1.0 / (1.0 + math.exp(-z)))
+    return out
+
+
+def _at(values: Sequence[float], i: int, default: float) -> float:
+    if not values:
+        return default
+    return float(values[min(i, len(values) - 1)])
+
+
+def survival(conf: Sequence[float]) -> np.ndarray:
+    """S(i) = prod_{j<=i} c(j) for i = 1..len(conf)."""
+    return np.cumprod(np.clip(np.asarray(conf, dtype=float), 0.0, 1.0))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    lengths: list[int]  # verified tokens per request
+    expected_tokens: float  # N + sum of verified survivals
+    cost: float  # cost(T + B) from the table
+
+
+def schedule(policy: Policy, confidences: Sequence[Sequence[float]], base_tokens: int,
+             costs: CostTable) -> Schedule:
+    """Verify lengths for every decoding request (``confidences[r]`` has one entry per draft)."""
+    n = len(confidences)
+    drafted = [len(c) for c in confidences]
+    room = max(policy.max_batch_tokens - base_tokens, 0)
+    if policy.mode == "plain" or n == 0:
+        lengths = [0] * n
+    elif policy.mode == "fixed":
+        lengths = [min(policy.fixed_length, d) for d in drafted]
+        lengths = _fit_uniform(lengths, room)
+    else:
+        return _scheduled(policy, confidences, base_tokens, costs, room)
+    surv = [survival(c)[:v].sum() if v else 0.0 for c, v in zip(confidences, lengths, strict=True)]
+    total = base_tokens + sum(lengths)
+    return Schedule(lengths, n + float(sum(surv)), float(costs.cost(total)))
+
+
+def _fit_uniform(lengths: list[int], room: int) -> list[int]:
+    """Shorten the longest lengths first until they fit the token budget."""
+    lengths = list(lengths)
+    while sum(lengths) > room:
+        i = max(range(len(lengths)), key=lambda j: lengths[j])
+        lengths[i] -= 1
+    return lengths
+
+
+def _scheduled(policy: Policy, confidences: Sequence[Sequence[float]], base_tokens: int,
+               costs: CostTable, room: int) -> Schedule:
+    n = len(confidences)
+    forced = [0] * n
+    forced_surv = 0.0
+    cand_s: list[float] = []
+    cand_r: list[int] = []
+    cand_i: list[int] = []
+    for r, conf in enumerate(confidences):
+        s = survival(calibrate(conf, policy.calibration))
+        cap = min(len(s), policy.max_verify, policy.k_max)
+        f = min(policy.min_verify, cap)
+        forced[r] = f
+        forced_surv += float(s[:f].sum())
+        for i in range(f, cap):
+            if s[i] < policy.survival_floor:
+                break  # survival is non-increasing: the rest is below the floor too
+            cand_s.append(float(s[i]))
+            cand_r.append(r)
+            cand_i.append(i)
+    # min_verify beats the token budget only as far as the budget allows
+    forced = _fit_uniform(forced, room)
+    base = base_tokens + sum(forced)
+    room_left = max(room - sum(forced), 0)
+    order = sorted(range(len(cand_s)), key=lambda j: (-cand_s[j], cand_i[j], cand_r[j]))
+    order = order[:room_left]
+    gains = np.concatenate([[0.0], np.cumsum([cand_s[j] for j in order])])
+    budgets = np.arange(len(gains))
+    value = (n + forced_surv + gains) / costs.cost(base + budgets)
+    best = int(np.argmax(value))
+    lengths = list(forced)
+    for j in order[:best]:
+        lengths[cand_r[j]] += 1
+    return Schedule(lengths, float(n + forced_surv + gains[best]), float(costs.cost(base + best)))
