@@ -428,7 +428,7 @@ def down(state_dir: Path | None = None, *, name: str = DEFAULT_NAME,
     if left:
         raise SpecdError(f"could not stop {', '.join(left)} (see {state_dir / 'logs'})")
     busy = [port for port in asdict(state.ports).values() if not _wait_port_free(port)]
-    for sub in ("etcd", "pki", "helm"):
+    for sub in ("etcd", "pki", "helm", "service-accounts"):
         shutil.rmtree(state_dir / sub, ignore_errors=True)
     for leftover in ("kubeconfig", "kwok-stages.yaml", "state.json"):
         (state_dir / leftover).unlink(missing_ok=True)

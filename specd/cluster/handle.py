@@ -40,6 +40,28 @@ class LocalCluster:
 
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
+    def service_account_kubeconfig(self, namespace: str, name: str,
+                                   expiration_seconds: int = 3600) -> Path:
+        """A kubeconfig acting as ServiceAccount ``namespace/name`` (a TokenRequest token),
+        to check least-privilege RBAC: run an operator or kubectl with exactly its rights."""
+        import yaml
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        token = core.create_namespaced_service_account_token(
+            name, namespace, {"spec": {"expirationSeconds": expiration_seconds}}).status.token
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        user = f"system:serviceaccount:{namespace}:{name}"
+        config["users"] = [{"name": user, "user": {"token": token}}]
+        context = config["contexts"][0]["context"]
+        context.update(user=user, namespace=namespace)
+        path = self.state_dir / "service-accounts" / f"{namespace}.{name}.kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(config, handle, sort_keys=False)
+        return path
+
     def _tool(self, tool: str, args: tuple[str, ...], input: str | None, check: bool,
               timeout: float) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([str(self.bin_dir / tool), *args], input=input, text=True,

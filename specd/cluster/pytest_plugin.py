@@ -14,6 +14,9 @@ Running/Ready; deleted pods go away). Started once per session in a temporary st
         api = kubernetes.client.CoreV1Api(cluster.api_client())
         cluster.kubectl("apply", "-f", "-", input=manifest)   # CompletedProcess, check=True
         cluster.helm("install", "rel", chart_dir, "-n", ns)
+        cluster.service_account_kubeconfig(ns, "my-operator")   # act with only its RBAC
+
+RBAC is enforced (``--authorization-mode=RBAC``); the admin kubeconfig is ``system:masters``.
 
 ``cluster_namespace`` (function): a fresh namespace name in ``cluster``, deleted afterwards.
 

@@ -205,6 +205,29 @@ def test_helm_install_and_uninstall_tiny_chart(cluster, cluster_namespace):
     assert gone.value.status == 404
 
 
+def test_rbac_is_enforced_for_service_accounts(cluster, cluster_namespace):
+    ns, api_client = cluster_namespace, cluster.api_client()
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "reader"}})
+    kubeconfig = cluster.service_account_kubeconfig(ns, "reader")
+
+    def can(verb: str, resource: str) -> bool:
+        result = cluster.kubectl("--kubeconfig", str(kubeconfig), verb, resource, "-n", ns,
+                                 check=False)
+        assert result.returncode == 0 or "Forbidden" in result.stderr, result.stderr
+        return result.returncode == 0
+
+    assert not can("get", "pods")
+    rbac.create_namespaced_role(ns, {"metadata": {"name": "pod-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]})
+    rbac.create_namespaced_role_binding(ns, {
+        "metadata": {"name": "reader-pods"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})
+    wait_for(lambda: can("get", "pods"), "RoleBinding to take effect")
+    assert not can("get", "secrets")
+
+
 def test_cli_status_kubeconfig_and_idempotent_up(cluster, capsys):
     state = ["--state-dir", str(cluster.state_dir), "--name", cluster.name]
     before = control_plane.read_state(cluster.state_dir)
@@ -235,6 +258,8 @@ def test_own_cluster_starts_and_stops_cleanly(tmp_path):
     assert not (tmp_path / "kubeconfig").exists() and not (tmp_path / "etcd").exists()
     assert control_plane.status(tmp_path) == {}
     assert control_plane.down(tmp_path) is False  # nothing left to stop
+    assert specd_main(["cluster", "kubeconfig", "--state-dir", str(tmp_path)]) == 2
+    assert specd_main(["cluster", "status", "--state-dir", str(tmp_path)]) == 1
 
 
 def test_failed_component_is_named_with_its_log(tmp_path):
