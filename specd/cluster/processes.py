@@ -73,8 +73,18 @@ def is_alive(pid: int, ticks: int) -> bool:
     return bool(fields) and fields[0] != "Z" and int(fields[19]) == ticks
 
 
+# Popen objects of the daemons this Python process started: kept so they are reaped through
+# Popen (no zombie, no "still running" ResourceWarning when the object is collected).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def _reap(pid: int) -> None:
     """Collect the exit status if the process is our child, so it does not linger as a zombie."""
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _children[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 
@@ -89,6 +99,7 @@ def start(name: str, argv: Sequence[str], log: Path, cwd: Path,
         proc = subprocess.Popen(list(argv), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=cwd, env=env,
                                 start_new_session=True)
+    _children[proc.pid] = proc
     return proc, Started(name=name, pid=proc.pid, start_ticks=start_ticks(proc.pid), log=str(log))
 
 
