@@ -176,6 +176,10 @@ class Reconciler:
             metrics.RECONCILES.labels(trigger=trigger, result="config_error").inc()
             metrics.API_ERRORS.labels(kind="config").inc()
             logger.warning("Degraded (%s): %s", error.reason, error.message)
+            try:  # a Warning Event on the object, for `kubectl describe` (kopf handlers only)
+                kopf.warn(owner, reason=error.reason, message=error.message[:1000])
+            except LookupError:
+                pass  # called outside kopf (no event queue): the log line is all we have
         else:
             metrics.RECONCILES.labels(trigger=trigger, result="ok").inc()
             self.last_ok = time.time()
@@ -237,7 +241,7 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
     def reconciler() -> Reconciler:
         return holder["reconciler"]
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="configure", registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         # kopf's bookkeeping lives in annotations under its own prefix (the status schema is
         # structural, so status.kopf would be pruned).
@@ -246,7 +250,7 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=KOPF_PREFIX, key="last-handled-configuration")
         settings.persistence.finalizer = f"{k8s.GROUP}/operator"
-        settings.posting.level = logging.WARNING  # Warning events only (Degraded, retries)
+        settings.posting.level = logging.WARNING  # Warning events only (Degraded)
         settings.execution.max_workers = cfg.max_workers
         settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
         settings.watching.server_timeout = 300
@@ -254,7 +258,7 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         api = make_api_client(cfg.kubeconfig, pool=cfg.max_workers + 4)
         holder["reconciler"] = Reconciler(Kube(api))
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if cfg.kubeconfig:
             return kopf.login_with_kubeconfig(**kwargs)
@@ -264,9 +268,9 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
     def probe_reconciles(**_: Any) -> int:
         return reconciler().reconciles if "reconciler" in holder else 0
 
-    @kopf.on.resume(*resource, registry=registry)
-    @kopf.on.create(*resource, registry=registry)
-    @kopf.on.update(*resource, registry=registry)
+    @kopf.on.resume(*resource, id="reconcile", registry=registry)
+    @kopf.on.create(*resource, id="reconcile", registry=registry)
+    @kopf.on.update(*resource, id="reconcile", registry=registry)
     def reconcile(body: kopf.Body, reason: Any, retry: int, logger: Any, **_: Any) -> None:
         try:
             reconciler().reconcile(_owner_from(body), trigger=getattr(reason, "value", reason),
@@ -274,21 +278,21 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         except TransientError as exc:
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
 
-    @kopf.timer(*resource, interval=cfg.resync_seconds, initial_delay=cfg.resync_seconds,
-                registry=registry)
+    @kopf.timer(*resource, id="resync", interval=cfg.resync_seconds,
+                initial_delay=cfg.resync_seconds, registry=registry)
     def resync(body: kopf.Body, retry: int, logger: Any, **_: Any) -> None:
         try:
             reconciler().reconcile(_owner_from(body), trigger="resync", logger=logger)
         except TransientError as exc:
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
 
-    @kopf.on.event(*resource, registry=registry)
+    @kopf.on.event(*resource, id="forget-deleted", registry=registry)
     def service_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
         if event.get("type") == "DELETED":
             reconciler().forget(namespace, name)
 
-    @kopf.on.event("apps", "v1", "deployments", labels={k8s.LABEL_MANAGED_BY: k8s.MANAGED_BY},
-                   registry=registry)
+    @kopf.on.event("apps", "v1", "deployments", id="child-deployment",
+                   labels={k8s.LABEL_MANAGED_BY: k8s.MANAGED_BY}, registry=registry)
     def deployment_event(event: kopf.RawEvent, body: kopf.Body, logger: Any, **_: Any) -> None:
         meta = body["metadata"]
         service = (meta.get("labels") or {}).get(k8s.LABEL_SERVICE)

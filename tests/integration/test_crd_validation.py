@@ -1,0 +1,246 @@
+"""The real API server enforces the SpeculativeService schema: a table of invalid objects,
+each rejected with a message naming the offending field; the samples and a full valid
+object are accepted; `kubectl explain` teaches the fields."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from specd.api import k8s
+from specd.operator.testing import install_crd
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+DELETE = object()
+
+BASE = {
+    "apiVersion": k8s.API_VERSION,
+    "kind": k8s.KIND,
+    "metadata": {"name": "valid"},
+    "spec": {
+        "replicas": 2,
+        "model": {"reference": "smollm2-135m", "dtype": "auto", "maxContext": 2048},
+        "drafter": {"method": "semi-ar", "artifact": "/models/semi-ar", "k": 5},
+        "verification": {"mode": "scheduled", "minVerify": 1, "maxVerify": 4,
+                         "survivalFloor": 0.05, "maxBatchTokens": 512},
+        "engine": {"maxBatch": 16, "queueBound": 64, "extraArgs": ["--cost-profile=none"]},
+        "worker": {
+            "image": "specd-worker:0.1.0",
+            "resources": {"requests": {"nvidia.com/gpu": 1, "cpu": "2"},
+                          "limits": {"nvidia.com/gpu": 1, "memory": "8Gi"}},
+            "nodeSelector": {"gpu": "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+            "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+        },
+        "rollout": {
+            "strategy": "Canary",
+            "steps": [{"weight": 10, "pause": {"duration": "1m"}}, {"weight": 50},
+                      {"weight": 100}],
+            "analysis": {"interval": "30s",
+                         "metrics": [{"name": "tau", "metric": "acceptanceLength", "min": 0.9}]},
+            "promote": {"id": "2026-01-01T00:00:00Z"},
+        },
+        "tuning": {"enabled": True, "interval": "5m",
+                   "bounds": {"maxVerify": {"min": 2, "max": 5},
+                              "survivalFloor": {"min": 0.0, "max": 0.5}}},
+    },
+}
+
+
+def edit(*changes: tuple[str | tuple[str, ...], object]):
+    """Set (or DELETE) dotted paths (or tuples of keys, for keys with dots); list indices as
+    numbers: spec.worker.env.0.name."""
+    def apply(obj: dict) -> dict:
+        for path, value in changes:
+            parts = list(path) if isinstance(path, tuple) else path.split(".")
+            node = obj
+            for part in parts[:-1]:
+                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+            last = parts[-1]
+            if value is DELETE:
+                del node[last]
+            elif isinstance(node, list):
+                node[int(last)] = value
+            else:
+                node[last] = value
+        return obj
+    return apply
+
+
+NO_DRAFTER = (("spec.drafter", {"method": "none"}), ("spec.tuning.enabled", False))
+
+# (case id, edit of BASE, the field the server's message must name)
+INVALID = [
+    ("replicas negative", edit(("spec.replicas", -1)), "spec.replicas"),
+    ("replicas wrong type", edit(("spec.replicas", "three")), "spec.replicas"),
+    ("replicas too many", edit(("spec.replicas", 10000)), "spec.replicas"),
+    ("model missing", edit(("spec.model", DELETE)), "spec.model"),
+    ("model reference empty", edit(("spec.model.reference", "")), "spec.model.reference"),
+    ("model reference with space", edit(("spec.model.reference", "a b")),
+     "spec.model.reference"),
+    ("dtype unknown", edit(("spec.model.dtype", "int3")), "spec.model.dtype"),
+    ("maxContext too small", edit(("spec.model.maxContext", 16)), "spec.model.maxContext"),
+    ("drafter method unknown", edit(("spec.drafter.method", "medusa")), "spec.drafter.method"),
+    ("K zero", edit(("spec.drafter.k", 0)), "spec.drafter.k"),
+    ("K above 16", edit(("spec.drafter.k", 17)), "spec.drafter.k"),
+    ("K wrong type", edit(("spec.drafter.k", "five")), "spec.drafter.k"),
+    ("artifact missing for semi-ar", edit(("spec.drafter.artifact", DELETE)),
+     "spec.drafter.artifact"),
+    ("artifact given for ngram",
+     edit(("spec.drafter.method", "ngram"), ("spec.verification.mode", "fixed")),
+     "spec.drafter.artifact"),
+    ("verification mode unknown", edit(("spec.verification.mode", "adaptive")),
+     "spec.verification.mode"),
+    ("fixed length above K",
+     edit(("spec.verification.mode", "fixed"), ("spec.verification.fixedLength", 6)),
+     "spec.verification.fixedLength"),
+    ("min verify above max verify", edit(("spec.verification.minVerify", 5)),
+     "spec.verification.minVerify"),
+    ("max verify above K", edit(("spec.verification.maxVerify", 6)),
+     "spec.verification.maxVerify"),
+    ("survival floor above 1", edit(("spec.verification.survivalFloor", 1.5)),
+     "spec.verification.survivalFloor"),
+    ("survival floor negative", edit(("spec.verification.survivalFloor", -0.1)),
+     "spec.verification.survivalFloor"),
+    ("max batch tokens zero", edit(("spec.verification.maxBatchTokens", 0)),
+     "spec.verification.maxBatchTokens"),
+    ("scheduled without a drafter", edit(*NO_DRAFTER), "spec.verification.mode"),
+    ("scheduled with ngram",
+     edit(("spec.drafter", {"method": "ngram", "k": 5})), "spec.verification.mode"),
+    ("tuning without a drafter",
+     edit(("spec.drafter", {"method": "none"}), ("spec.verification.mode", "plain")),
+     "spec.tuning.enabled"),
+    ("engine max batch zero", edit(("spec.engine.maxBatch", 0)), "spec.engine.maxBatch"),
+    ("engine queue bound negative", edit(("spec.engine.queueBound", -1)),
+     "spec.engine.queueBound"),
+    ("extra args override the port", edit(("spec.engine.extraArgs", ["--port=9000"])),
+     "spec.engine.extraArgs"),
+    ("extra args not strings", edit(("spec.engine.extraArgs", [1])), "spec.engine.extraArgs"),
+    ("worker missing", edit(("spec.worker", DELETE)), "spec.worker"),
+    ("image missing", edit(("spec.worker.image", DELETE)), "spec.worker.image"),
+    ("image with space", edit(("spec.worker.image", "specd worker")), "spec.worker.image"),
+    ("fractional GPU", edit((("spec", "worker", "resources", "limits", "nvidia.com/gpu"), "1.5"),
+                            ("spec.worker.resources.requests", {"cpu": "1"})),
+     "spec.worker.resources.limits"),
+    ("GPU requests and limits mismatched",
+     edit((("spec", "worker", "resources", "requests", "nvidia.com/gpu"), 2)),
+     "spec.worker.resources.requests"),
+    ("GPU requested without a limit",
+     edit(("spec.worker.resources.limits", {"memory": "8Gi"})),
+     "spec.worker.resources.requests"),
+    ("memory not a quantity", edit(("spec.worker.resources.limits.memory", "lots")),
+     "spec.worker.resources.limits"),
+    ("toleration operator unknown", edit(("spec.worker.tolerations.0.operator", "Maybe")),
+     "spec.worker.tolerations[0].operator"),
+    ("toleration Exists with a value", edit(("spec.worker.tolerations.0.value", "x")),
+     "spec.worker.tolerations[0].value"),
+    ("env names duplicated",
+     edit(("spec.worker.env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])),
+     "spec.worker.env[1]"),
+    ("env name not an identifier", edit(("spec.worker.env.0.name", "1BAD")),
+     "spec.worker.env[0].name"),
+    ("env name reserved", edit(("spec.worker.env.0.name", "SPECD_TRACK")),
+     "spec.worker.env[0].name"),
+    ("node selector value not a string", edit(("spec.worker.nodeSelector", {"gpu": 5})),
+     "spec.worker.nodeSelector.gpu"),
+    ("rollout strategy unknown", edit(("spec.rollout.strategy", "BlueGreen")),
+     "spec.rollout.strategy"),
+    ("canary weights decreasing",
+     edit(("spec.rollout.steps", [{"weight": 50}, {"weight": 10}])), "spec.rollout.steps"),
+    ("canary weights repeated",
+     edit(("spec.rollout.steps", [{"weight": 10}, {"weight": 10}])), "spec.rollout.steps"),
+    ("canary weight zero", edit(("spec.rollout.steps.0.weight", 0)),
+     "spec.rollout.steps[0].weight"),
+    ("canary weight above 100", edit(("spec.rollout.steps.2.weight", 101)),
+     "spec.rollout.steps[2].weight"),
+    ("pause duration not a duration",
+     edit(("spec.rollout.steps.0.pause.duration", "5 minutes")),
+     "spec.rollout.steps[0].pause.duration"),
+    ("canary without steps", edit(("spec.rollout.steps", DELETE)), "spec.rollout.steps"),
+    ("analysis min above max", edit(("spec.rollout.analysis.metrics.0.max", 0.5)),
+     "spec.rollout.analysis.metrics[0].min"),
+    ("analysis metric without threshold",
+     edit(("spec.rollout.analysis.metrics.0.min", DELETE)), "spec.rollout.analysis.metrics[0]"),
+    ("analysis custom metric without query",
+     edit(("spec.rollout.analysis.metrics.0.metric", "custom")),
+     "spec.rollout.analysis.metrics[0].query"),
+    ("analysis metric unknown", edit(("spec.rollout.analysis.metrics.0.metric", "latencyP99")),
+     "spec.rollout.analysis.metrics[0].metric"),
+    ("inconclusive policy unknown", edit(("spec.rollout.inconclusivePolicy", "Ignore")),
+     "spec.rollout.inconclusivePolicy"),
+    ("promote without id", edit(("spec.rollout.promote", {"full": True})),
+     "spec.rollout.promote.id"),
+    ("paused not a boolean", edit(("spec.rollout.paused", "no")), "spec.rollout.paused"),
+    ("tuning interval not a duration", edit(("spec.tuning.interval", "often")),
+     "spec.tuning.interval"),
+    ("tuning bounds min above max", edit(("spec.tuning.bounds.maxVerify.min", 5),
+                                         ("spec.tuning.bounds.maxVerify.max", 3)),
+     "spec.tuning.bounds.maxVerify"),
+    ("tuning bound above K", edit(("spec.tuning.bounds.maxVerify.max", 8)),
+     "spec.tuning.bounds.maxVerify.max"),
+    ("name too long", edit(("metadata.name", "a" * 41)), "metadata.name"),
+    ("name not a DNS-1035 label", edit(("metadata.name", "9lives")), "metadata.name"),
+    ("unknown field", edit(("spec.drafter.kk", 3)), "spec.drafter.kk"),
+]
+
+
+@pytest.fixture(scope="module")
+def api(cluster):
+    install_crd(cluster)
+    return client.CustomObjectsApi(cluster.api_client())
+
+
+def create(api, namespace: str, obj: dict, dry_run: bool = False) -> dict:
+    kwargs = {"field_validation": "Strict"}
+    if dry_run:
+        kwargs["dry_run"] = "All"
+    return api.create_namespaced_custom_object(k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL,
+                                               obj, **kwargs)
+
+
+def test_table_has_at_least_thirty_cases() -> None:
+    assert len(INVALID) >= 30
+    assert len({case for case, _, _ in INVALID}) == len(INVALID)
+
+
+def test_valid_base_is_accepted_and_defaulted(api, cluster_namespace) -> None:
+    created = create(api, cluster_namespace, copy.deepcopy(BASE), dry_run=True)
+    assert created["spec"]["rollout"]["automaticRollback"] is True  # a schema default
+    assert created["spec"]["engine"]["maxBatch"] == 16
+
+
+@pytest.mark.parametrize("case, change, field", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_object_rejected_naming_the_field(api, cluster_namespace, case, change,
+                                                  field) -> None:
+    obj = change(copy.deepcopy(BASE))
+    obj["metadata"].setdefault("name", f"bad-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(ApiException) as info:
+        create(api, cluster_namespace, obj)
+    assert info.value.status in (400, 422), info.value.body
+    message = json.loads(info.value.body)["message"]
+    assert field in message, f"{case}: {message}"
+
+
+def test_samples_apply_cleanly(cluster, api, cluster_namespace) -> None:
+    for sample in sorted((ROOT / "examples").glob("*.yaml")):
+        out = cluster.kubectl("apply", "--dry-run=server", "-n", cluster_namespace,
+                              "-f", str(sample))
+        assert "created (server dry run)" in out.stdout, sample
+
+
+def test_kubectl_explain_teaches_the_fields(cluster, api) -> None:
+    out = cluster.kubectl("explain", f"{k8s.SHORT_NAME}.spec.verification").stdout
+    for field in ("mode", "fixedLength", "minVerify", "maxVerify", "survivalFloor",
+                  "maxBatchTokens"):
+        assert field in out
+    assert "Scheme B" in out and "hot-reloaded" in out
+    out = cluster.kubectl("explain", f"{k8s.SHORT_NAME}.spec.drafter.method").stdout
+    assert "semi-ar" in out
