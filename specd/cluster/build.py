@@ -38,6 +38,10 @@ Progress = Callable[[str], None]
 
 # Seconds between progress lines while a step runs.
 PROGRESS_EVERY_S = 20.0
+# Where the official Go tarball installs itself, for shells whose PATH lacks it.
+GO_FALLBACK = "/usr/local/go/bin/go"
+# Module downloads are retried (a flaky proxy connection should not cost a CI run).
+DOWNLOAD_ATTEMPTS = 3
 
 
 def cache_root() -> Path:
@@ -71,6 +75,8 @@ def go_env() -> dict[str, str]:
     env["CGO_ENABLED"] = "0"
     env["GOFLAGS"] = "-trimpath -buildvcs=false"
     env.setdefault("GOPROXY", "https://proxy.golang.org,direct")
+    if shutil.which("go", path=env.get("PATH")) is None and Path(GO_FALLBACK).exists():
+        env["PATH"] = f"{Path(GO_FALLBACK).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
@@ -173,6 +179,19 @@ def _run(args: list[str], *, cwd: Path, label: str, log: Path, progress: Progres
     return "".join(output)
 
 
+def _download(args: list[str], **kwargs) -> str:
+    """``_run`` for steps that only fetch modules: retried, since the network may hiccup."""
+    for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
+        try:
+            return _run(args, **kwargs)
+        except SpecdError:
+            if attempt == DOWNLOAD_ATTEMPTS:
+                raise
+            kwargs["progress"](f"  {kwargs['label']}: failed, retrying ({attempt})")
+            time.sleep(5 * attempt)
+    raise AssertionError("unreachable")
+
+
 def _install_binary(built: Path, name: str, target_dir: Path) -> None:
     target_dir.mkdir(parents=True, exist_ok=True)
     os.replace(built, target_dir / name)
@@ -184,8 +203,8 @@ def _build_etcd(work: Path, out: Path, progress: Progress) -> None:
     log = work / "etcd.log"
     if not (module / "go.mod").exists():
         (module / "go.mod").write_text("module specd.local/etcd-build\n\ngo 1.24\n")
-    _run(["go", "get", "-tool", f"{versions.ETCD_MODULE}@{versions.ETCD}"], cwd=module,
-         label="etcd (modules)", log=log, progress=progress)
+    _download(["go", "get", "-tool", f"{versions.ETCD_MODULE}@{versions.ETCD}"], cwd=module,
+              label="etcd (modules)", log=log, progress=progress)
     tmp = out / ".etcd.tmp"
     _run(["go", "build", "-v", "-p", go_parallelism(), "-ldflags=-s -w", "-o", str(tmp),
           versions.ETCD_MODULE], cwd=module, label="etcd", log=log, progress=progress)
@@ -196,21 +215,19 @@ def _build_kubernetes(work: Path, out: Path, names: list[str], progress: Progres
     module = work / "kubernetes"
     module.mkdir(parents=True, exist_ok=True)
     log = work / "kubernetes.log"
-    printed = _run(["go", "mod", "download", "-json",
-                    f"{versions.KUBERNETES_MODULE}@{versions.KUBERNETES}"],
-                   cwd=module, label="k8s.io/kubernetes (download)", log=log, progress=progress)
+    printed = _download(["go", "mod", "download", "-json",
+                         f"{versions.KUBERNETES_MODULE}@{versions.KUBERNETES}"],
+                        cwd=module, label="k8s.io/kubernetes (download)", log=log,
+                        progress=progress)
     info, _ = json.JSONDecoder().raw_decode(printed[printed.index("{"):])
     upstream = Path(info["GoMod"]).read_text()
-    wanted = kubernetes_wrapper_go_mod(upstream)
-    go_mod = module / "go.mod"
-    if not go_mod.exists() or not go_mod.read_text().startswith(wanted.split("replace (")[0]):
-        go_mod.write_text(wanted)
-        (module / "go.sum").unlink(missing_ok=True)
+    # Written fresh every time (go get below adds the requirements and tool lines again).
+    (module / "go.mod").write_text(kubernetes_wrapper_go_mod(upstream))
     # Each package pinned: a bare path means @upgrade and would pull a newer k8s.io/kubernetes.
     packages = [f"{versions.KUBERNETES_MODULE}/cmd/{name}@{versions.KUBERNETES}"
                 for name in versions.KUBERNETES_BINARIES]
-    _run(["go", "get", "-tool", *packages], cwd=module, label="kubernetes (modules)", log=log,
-         progress=progress)
+    _download(["go", "get", "-tool", *packages], cwd=module, label="kubernetes (modules)",
+              log=log, progress=progress)
     for name in names:
         started = time.monotonic()
         tmp = out / f".{name}.tmp"
@@ -238,8 +255,9 @@ def build(progress: Progress = _stderr_progress) -> Path:
     out = bin_dir()
     if is_built():
         return out
-    if shutil.which("go") is None:
-        raise SpecdError("the Go toolchain is needed to build the local cluster ('go' not on PATH)")
+    if shutil.which("go", path=go_env().get("PATH")) is None:
+        raise SpecdError("the Go toolchain (1.24 or newer) is needed to build the local cluster "
+                         "('go' is not on PATH)")
     with _build_lock():
         missing = missing_binaries(out)
         if not missing:
