@@ -85,7 +85,7 @@ class OperatorProcess:
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
         self.health_port, self.metrics_port = free_port(), free_port()
-        cmd = [sys.executable, "-m", "specd.cli", "operator", "--kubeconfig",
+        cmd = [sys.executable, "-m", "specd.operator", "--kubeconfig",
                str(self.kubeconfig), "--bind", "127.0.0.1",
                "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
                *[arg for ns in self.namespaces for arg in ("--namespace", ns)], *self.extra]
