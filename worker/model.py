@@ -141,7 +141,6 @@ def load_tokenizer(reference: str = DEFAULT_MODEL) -> Any:
 
 def load_model(reference: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> LoadedModel:
     """Load the target model in eval mode on the chosen device and dtype."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     source = resolve_model(reference)
