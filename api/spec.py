@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
 from specd.api.policy import Policy, PolicyMode
 
 DrafterMethod = Literal["none", "ngram", "parallel", "semi-ar", "draft-model"]
@@ -197,6 +198,56 @@ class ServiceSpec(_Spec):
             "engine": self.engine.model_dump(mode="json", by_alias=True, exclude_none=True),
             "worker": self.worker.model_dump(mode="json", by_alias=True, exclude_none=True),
         }
+
+
+class Condition(_Spec):
+    """metav1.Condition shape."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class RolloutStatus(_Spec):
+    failed_checks: int = 0
+    inconclusive_checks: int = 0
+    step_started_at: str | None = None
+    last_promote_id: str | None = None
+    last_retry: str | None = None
+    aborted: bool = False
+    message: str | None = None
+
+
+class ServiceStatus(_Spec):
+    """``.status`` of a SpeculativeService (written by the operator; read by the dashboard)."""
+
+    phase: Literal["Pending", "Progressing", "Ready", "Degraded"] | None = None
+    observed_generation: int | None = None
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    ready: str | None = None
+    selector: str | None = None
+    stable_revision: str | None = None
+    canary_revision: str | None = None
+    canary_weight: int = 0
+    current_step: int = 0
+    policy_version: str | None = None
+    policy: Policy | None = None
+    acceptance_length: float | None = None
+    rollout: RolloutStatus | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+    def condition(self, ctype: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+
+def parse_status(status: dict | None) -> ServiceStatus:
+    """Parse ``.status`` (absent on a fresh object) into the typed view."""
+    return ServiceStatus.model_validate(status or {})
 
 
 def parse_spec(spec: dict) -> ServiceSpec:

@@ -17,10 +17,10 @@ import uuid
 from pathlib import Path
 
 from kubernetes import client
-from specd.api import k8s
-from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
 
+from specd.api import k8s
 from specd.cluster import control_plane
+from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
 
 
 def service(name: str) -> dict:

@@ -24,6 +24,7 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+
 from specd.api import k8s
 from specd.api.policy import Policy
 from specd.api.spec import ServiceSpec, parse_spec

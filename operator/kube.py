@@ -14,6 +14,7 @@ from typing import Any
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from specd.api import k8s
 from specd.operator.manifests import FIELD_MANAGER, Manifest, selector_labels
 from specd.operator.status import ConfigError

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from specd.api import k8s
 
 REPO = Path(__file__).resolve().parents[1]

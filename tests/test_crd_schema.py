@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import BaseModel
+
 from specd.api import k8s
-from specd.api.spec import ServiceSpec, parse_spec
+from specd.api.spec import ServiceSpec, ServiceStatus, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = yaml.safe_load((ROOT / "crds" / "speculativeservice.yaml").read_text())
@@ -90,6 +91,7 @@ def _compare(model: type[BaseModel], schema: dict, path: str, problems: list[str
     props = schema.get("properties", {})
     aliases = {}
     for name, field in model.model_fields.items():
+        # the Policy document keeps its own (snake_case) names inside status.policy
         alias = field.alias or name
         aliases[alias] = field
         if alias not in props:
@@ -106,6 +108,7 @@ def _compare(model: type[BaseModel], schema: dict, path: str, problems: list[str
 def test_typed_view_mirrors_the_crd() -> None:
     problems: list[str] = []
     _compare(ServiceSpec, SCHEMA["properties"]["spec"], "spec", problems)
+    _compare(ServiceStatus, SCHEMA["properties"]["status"], "status", problems)
     assert problems == []
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from specd.api import k8s
 from specd.api.policy import POLICY_KEY, parse_policy
 from specd.api.spec import parse_spec

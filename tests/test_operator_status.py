@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from specd.api import k8s
 from specd.api.spec import parse_spec
 from specd.operator.manifests import revision
@@ -154,3 +155,14 @@ def test_track_state_of_fresh_deployment() -> None:
     state = track_state({"metadata": {"generation": 1}, "spec": {"replicas": 1}})
     assert state is not None
     assert (state.replicas, state.ready, state.current, state.revision) == (0, 0, False, None)
+
+
+def test_typed_status_reads_what_the_operator_writes() -> None:
+    from specd.api.spec import parse_status
+
+    st = status(stable=deployment())
+    typed = parse_status({k: v for k, v in st.items() if v is not None})
+    assert typed.phase == "Ready" and typed.ready_replicas == 2
+    assert typed.policy == SPEC.policy() and typed.policy_version == SPEC.policy().version()
+    assert typed.condition("Ready").status == "True"
+    assert parse_status(None).phase is None

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from specd.api import k8s
 from specd.operator.testing import install_crd
 

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from specd.api import k8s
 from specd.api.policy import POLICY_KEY, parse_policy
-from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
-
 from specd.cluster.handle import wait_for
+from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
 
 pytestmark = pytest.mark.cluster
 
