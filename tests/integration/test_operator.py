@@ -11,6 +11,7 @@ children, status converges."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -314,15 +315,27 @@ def test_kill_mid_reconcile_then_restart_converges(cluster, cluster_namespace, o
     names = [f"svc-{i:02d}" for i in range(16)]
     proc = OperatorProcess(op_kubeconfig, tmp_path / "operator.log",
                            namespaces=(cluster_namespace,)).start()
+
+    def kill_at_first_child() -> None:
+        # SIGKILL as soon as the first child Deployment exists: reconciles are under way.
+        wait_for(lambda: api.apps.list_namespaced_deployment(cluster_namespace).items,
+                 "a first Deployment", timeout=60, interval=0.01)
+        proc.kill()
+
+    killer = threading.Thread(target=kill_at_first_child)
     try:
+        killer.start()
         for name in names:
             api.create(sample(name, gpus=0))
-        # Kill as soon as the first child Deployment exists: reconciles are under way.
-        wait_for(lambda: api.apps.list_namespaced_deployment(cluster_namespace).items,
-                 "a first Deployment", timeout=30, interval=0.02)
-        proc.kill()
-        incomplete = [n for n in names
-                      if (api.get(n).get("status") or {}).get("observedGeneration") != 1]
+        killer.join(timeout=70)
+        assert not proc.alive()
+        snapshot = {n: ((api.get(n).get("status") or {}).get("observedGeneration"),
+                        len(api.deployments(n)), len(api.services(n))) for n in names}
+        incomplete = [n for n, (observed, _, _) in snapshot.items() if observed != 1]
+        partial = [n for n, (observed, deps, svcs) in snapshot.items()
+                   if observed != 1 and (deps or svcs)]
+        print(f"at the kill: {len(incomplete)} of {len(names)} not reconciled, "
+              f"{len(partial)} with some children but no status")
         assert incomplete, "the kill came too late to interrupt any reconcile"
 
         proc.start()
@@ -340,4 +353,5 @@ def test_kill_mid_reconcile_then_restart_converges(cluster, cluster_namespace, o
         assert proc.alive()
         assert 'result="ok"' in proc.metrics()
     finally:
+        killer.join(timeout=70)
         proc.stop()
