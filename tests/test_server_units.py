@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
+
 from specd.api import metrics as names
 from specd.api.policy import Policy
 from specd.worker.server.admission import Admission, retry_after_seconds

@@ -22,6 +22,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from specd.api import metrics as metric_names
 from specd.api.policy import Policy
 from specd.worker.engine.api import (
@@ -53,7 +55,6 @@ from specd.worker.server.openai_schema import (
     _Sampling,
 )
 from specd.worker.server.policy_watch import PolicyWatcher
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("specd.worker.server")
 
@@ -262,10 +263,21 @@ class _Run:
         self.first_token: float | None = None
         self.last: StreamEvent | None = None
         self.done = False
+        self._stream: AsyncIterator[StreamEvent] | None = None
+
+    def submit(self) -> None:
+        """Hand the request to the engine now, so a refusal is still a clean 400."""
+        try:
+            self._stream = self.server.engine.submit(self.request)
+        except EngineError as exc:
+            self.done = True  # nothing runs: nothing to cancel
+            self.close(outcome="")  # the error handler counts the rejection
+            raise bad_request(str(exc)) from exc
 
     async def events(self) -> AsyncIterator[StreamEvent]:
+        assert self._stream is not None, "submit() first"
         try:
-            async for event in self.server.engine.submit(self.request):
+            async for event in self._stream:
                 if self.first_token is None and event.token_ids:
                     self.first_token = time.perf_counter() - self.start
                 self.last = event
@@ -280,13 +292,16 @@ class _Run:
         finally:
             self.close()
 
-    def close(self) -> None:
+    def close(self, outcome: str | None = None) -> None:
         if getattr(self, "_closed", False):
             return
         self._closed = True
         latency = time.perf_counter() - self.start
         metrics = self.server.metrics
-        if self.done and self.last is not None and self.last.finish_reason != "error":
+        if outcome is not None:
+            if outcome:
+                metrics.outcome(outcome, self.group)
+        elif self.done and self.last is not None and self.last.finish_reason != "error":
             metrics.outcome("finished", self.group)
             metrics.timings(self.group, latency, self.first_token,
                             self.last.completion_tokens)
@@ -428,6 +443,7 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
         request = GenerationRequest(prompt_token_ids=ids, params=params, task_group=group)
         server.admit(group)
         run = _Run(server, request, group)
+        run.submit()
         rid = ("chatcmpl-" if chat else "cmpl-") + request.request_id
         created = int(time.time())
         if body.stream:

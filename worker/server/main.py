@@ -17,9 +17,9 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
-from specd.worker.server.app import ServerSettings, create_app
 
 from specd import SpecdError
+from specd.worker.server.app import ServerSettings, create_app
 
 log = logging.getLogger("specd.worker.server")
 
@@ -44,6 +44,7 @@ class DrainingServer(uvicorn.Server):
 def build(args: argparse.Namespace) -> tuple[Any, ServerSettings]:
     """Load everything ``serve`` needs; a bad flag or file is a SpecdError (one line)."""
     from prometheus_client import CollectorRegistry
+
     from specd.api.policy import Policy
     from specd.worker.server.policy_watch import read_policy_file
 

@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
 from specd.api import metrics as names
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -31,6 +32,11 @@ def registered_names(registry: CollectorRegistry) -> set[str]:
         if metric.type == "counter":
             found.add(metric.name.removesuffix("_total"))
     return found
+
+
+def _collector(registry: CollectorRegistry, name: str) -> Any:
+    """The collector registered under ``name`` (prometheus_client keeps this map privately)."""
+    return getattr(registry, "_names_to_collectors", {}).get(name)
 
 
 class _Noop:
@@ -84,6 +90,10 @@ class ServerMetrics:
         self.http_rejects = counter("specd_http_rejections",
                                     "requests answered with a 4xx/5xx before generation",
                                     ("status",))
+        # The engine counts the requests it ran (finished/cancelled/error) in its own
+        # specd_requests; only the server sees rejections, so it adds outcome="rejected" there.
+        self._engine_requests = _collector(registry, names.REQUESTS) \
+            if names.REQUESTS not in self.owned else None
         if stats is not None:
             registry.register(_StatsCollector(stats, self.worker, taken))
 
@@ -92,7 +102,12 @@ class ServerMetrics:
 
     def rejected(self, status: int, group: str = "other") -> None:
         self.http_rejects.labels(**self.worker, status=str(status)).inc()
-        self.outcome("rejected", group)
+        engine = self._engine_requests
+        if engine is not None and set(getattr(engine, "_labelnames", ())) == {
+                "outcome", names.LABEL_TASK_GROUP}:
+            engine.labels(outcome="rejected", task_group=group).inc()
+        else:
+            self.outcome("rejected", group)
 
     def timings(self, group: str, latency: float, ttft: float | None, tokens: int) -> None:
         labels = {**self.worker, "task_group": group}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
+
 from specd.api.policy import Policy, parse_policy
 
 log = logging.getLogger("specd.worker.server.policy")
