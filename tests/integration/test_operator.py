@@ -352,6 +352,19 @@ def test_kill_mid_reconcile_then_restart_converges(cluster, cluster_namespace, o
                 assert [r.uid for r in kid.metadata.owner_references] == [uid]
         assert proc.alive()
         assert 'result="ok"' in proc.metrics()
+
+        # Changes made while the operator is down are picked up when it comes back:
+        # an edit (update) and a deleted child of an unchanged object (resume).
+        proc.stop()
+        api.patch(names[0], {"replicas": 2})
+        api.apps.delete_namespaced_deployment(f"{names[1]}-stable", cluster_namespace)
+        wait_for(lambda: not api.deployments(names[1]), "the Deployment gone", timeout=30)
+        proc.start()
+        api.wait_ready(names[0], replicas=2)
+        wait_for(lambda: api.deployments(names[1]), "the Deployment re-created on resume",
+                 timeout=30)
+        api.wait_ready(names[1], replicas=1)
+        assert 'trigger="resume"' in proc.metrics()
     finally:
         killer.join(timeout=70)
         proc.stop()
