@@ -33,3 +33,11 @@ def test_operator_help() -> None:
     out = subprocess.run([sys.executable, "-m", "specd.operator", "--help"], check=True,
                          capture_output=True, text=True, timeout=60)
     assert "--kubeconfig" in out.stdout and "--metrics-port" in out.stdout
+
+
+def test_missing_kubeconfig_is_a_clear_error() -> None:
+    out = subprocess.run([sys.executable, "-m", "specd.operator", "--kubeconfig",
+                          "/nonexistent/kubeconfig"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == \
+        "specd operator: error: kubeconfig not found: /nonexistent/kubeconfig"

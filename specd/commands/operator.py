@@ -30,12 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+    if args.kubeconfig and not all(os.path.isfile(p) for p in args.kubeconfig.split(os.pathsep)):
         raise SpecdError(f"kubeconfig not found: {args.kubeconfig}")
     if args.resync <= 0 or args.workers < 1:
         raise SpecdError("--resync must be > 0 and --workers >= 1")
     if args.kubeconfig:
-        os.environ["KUBECONFIG"] = os.path.abspath(args.kubeconfig)
+        os.environ["KUBECONFIG"] = os.pathsep.join(
+            os.path.abspath(p) for p in args.kubeconfig.split(os.pathsep))
 
     import kopf
 
