@@ -195,6 +195,29 @@ def test_scale_through_the_scale_subresource(cluster, cluster_namespace, operato
     assert scale["status"]["selector"] == api.selector("scaled")
 
 
+def test_hpa_drives_replicas_through_the_scale_subresource(cluster, cluster_namespace,
+                                                           operator) -> None:
+    api = Api(cluster, cluster_namespace)
+    api.create(sample("autoscaled", gpus=0))
+    api.wait_ready("autoscaled", replicas=1)
+    hpa = {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "autoscaled"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": k8s.API_VERSION, "kind": k8s.KIND,
+                               "name": "autoscaled"},
+            "minReplicas": 2, "maxReplicas": 4,
+            "metrics": [{"type": "Resource", "resource": {
+                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}],
+        },
+    }
+    client.AutoscalingV2Api(api.apps.api_client).create_namespaced_horizontal_pod_autoscaler(
+        cluster_namespace, hpa)
+    # The HPA controller reads /scale (replicas + selector) and raises replicas to minReplicas.
+    obj = api.wait_ready("autoscaled", replicas=2, timeout=60)
+    assert obj["spec"]["replicas"] == 2
+
+
 def test_policy_only_edit_updates_configmap_not_pods(cluster, cluster_namespace,
                                                      operator) -> None:
     api = Api(cluster, cluster_namespace)
