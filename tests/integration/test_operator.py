@@ -2,7 +2,7 @@
 ServiceAccount (deploy/rbac.yaml), never as admin. The test itself plays the user (admin).
 
 Covered: sample -> workers scheduled on fake GPU nodes and Ready -> status Ready; `kubectl
-scale` through the scale subresource; a policy-only edit changes the ConfigMap and not the
+scale` and an HPA through the scale subresource; a policy-only edit changes the ConfigMap and not the
 pod template; a model edit rolls the pods; a child deleted behind the operator's back comes
 back; a configuration error the API server only catches at apply time becomes Degraded, not a
 crash; delete -> children garbage-collected; kill -9 mid-reconcile and restart -> no duplicate
