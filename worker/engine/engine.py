@@ -24,9 +24,10 @@ class Engine:
 
     def __init__(self, loaded: Any, config: EngineConfig | None = None,
                  policy: Policy | None = None, registry: Any = None,
-                 drafter_net: Any = None, costs: Any = None) -> None:
+                 drafter_net: Any = None, costs: Any = None, runner: Any = None) -> None:
         """``loaded``: a ``specd.worker.model.LoadedModel`` (tokenizer may be None in tests).
-        ``drafter_net``: an already bound net (tests); ``costs``: a CostTable to skip profiling."""
+        ``drafter_net``: an already bound net (tests); ``costs``: a CostTable to skip profiling;
+        ``runner``: a LlamaRunner over the same model to share (several engines, one model)."""
         from specd.worker.drafters.registry import build_drafter
         from specd.worker.engine.core import EngineCore
         from specd.worker.engine.llama import LlamaRunner
@@ -34,7 +35,7 @@ class Engine:
 
         self.config = config or EngineConfig()
         self.loaded = loaded
-        self.runner = LlamaRunner(loaded.model)
+        self.runner = runner or LlamaRunner(loaded.model)
         self.drafter = build_drafter(self.config.drafter, loaded, self.config.drafter_path,
                                      self.config.max_slots, self.config.max_context, drafter_net)
         self.metrics = EngineMetrics(registry)

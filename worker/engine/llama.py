@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-
 from specd.worker.engine.kv_cache import KVCache
 
 Want = Literal["all", "last", "none"]
@@ -177,7 +176,7 @@ class LlamaRunner:
 
         for r, n in zip(rows, counts_in, strict=True):
             cache.lengths[r.slot] += n
-        sel = x[torch.tensor(out_idx, device=dev)] if len(out_idx) != total else x
+        sel = x[torch.tensor(out_idx, dtype=torch.long, device=dev)] if len(out_idx) != total else x
         hidden = self._rms(sel, self.norm_w)
         out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
         return ForwardOutput(hidden, out_logits, out_starts, out_counts)

@@ -4,7 +4,6 @@ in (tests make their own; the server passes the process registry)."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from specd.api import metrics as m
 
 SPEC = (m.LABEL_DRAFTER, m.LABEL_POLICY_MODE, m.LABEL_POLICY_VERSION)

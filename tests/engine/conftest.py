@@ -1,0 +1,53 @@
+"""Engine test fixtures: one shared runner over the session's target model."""
+
+from __future__ import annotations
+
+import pytest
+
+from specd.worker.engine.api import EngineConfig
+
+
+@pytest.fixture(scope="session")
+def runner(target):
+    from specd.worker.engine.llama import LlamaRunner
+
+    return LlamaRunner(target.model)
+
+
+def drafter_path(name: str, target) -> str:
+    """The committed trained artifact when there is one, else randomly initialised nets:
+    the fidelity tests hold for any drafter, trained or not."""
+    if name in ("none", "ngram"):
+        return None
+    from specd.worker.drafters.artifacts import DrafterArtifactError, resolve_artifact
+
+    try:
+        resolve_artifact(name, target)
+        return None
+    except DrafterArtifactError:
+        return "untrained"
+
+
+@pytest.fixture(scope="session")
+def make_engine(target, runner):
+    from specd.worker.engine.engine import Engine
+
+    def make(drafter: str, policy=None, registry=None, max_slots: int = 4, **kw):
+        cfg = EngineConfig(drafter=drafter, drafter_path=drafter_path(drafter, target),
+                           max_slots=max_slots, max_context=kw.pop("max_context", 512),
+                           cost_profile="none", **kw)
+        return Engine(target, cfg, policy, registry=registry, runner=runner)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The test machine's 2 cores are shared with other jobs: torch's intra-op threads then
+    spin against each other (measured 6x slower on the tiny model). Restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,66 @@
+"""The batched Llama forward equals HF; KV rollback equals a fresh prefill; memory bounds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specd.worker.engine.llama import Row
+
+pytestmark = pytest.mark.model
+
+
+def hf_logits(target, ids):
+    with torch.inference_mode():
+        return target.model(torch.tensor([ids])).logits[0].float()
+
+
+def test_ragged_batch_matches_hf(target, runner, chat_prompt_ids):
+    a = chat_prompt_ids("What is the capital of France?")
+    b = chat_prompt_ids("Write a haiku about the sea, please, in English.")
+    cache = runner.new_cache(3, 256)
+    sa, sb = cache.allocate(), cache.allocate()
+    # ragged: a prefills 10 tokens, b all of it; then a continues with a 3-token "verify" row
+    out = runner.forward(cache, [Row(sa, a[:10], "all"), Row(sb, b, "last")])
+    ref_a, ref_b = hf_logits(target, a), hf_logits(target, b)
+    assert out.counts == [10, 1]
+    assert torch.allclose(out.logits[:10], ref_a[:10], atol=2e-3)
+    assert torch.allclose(out.logits[10], ref_b[-1], atol=2e-3)
+    out = runner.forward(cache, [Row(sa, a[10:13], "all"), Row(sb, [a[0]], "none")])
+    assert torch.allclose(out.logits, ref_a[10:13], atol=2e-3)
+    assert out.hidden.shape == (3, target.model.config.hidden_size)
+    assert cache.lengths[sa] == 13 and cache.lengths[sb] == len(b) + 1
+
+
+def test_rollback_equals_fresh_prefill(target, runner, chat_prompt_ids):
+    ids = chat_prompt_ids("Count from one to ten.")
+    committed, rejected = ids[:-3], [17, 923, 4021]
+    cache = runner.new_cache(2, 256)
+    s = cache.allocate()
+    runner.forward(cache, [Row(s, committed, "none")])
+    runner.forward(cache, [Row(s, rejected, "all")])  # a verify pass whose drafts fail
+    cache.truncate(s, len(committed))  # roll back: no recomputation
+    after = runner.forward(cache, [Row(s, ids[-3:], "all")]).logits
+    fresh = runner.new_cache(1, 256)
+    f = fresh.allocate()
+    runner.forward(fresh, [Row(f, committed, "none")])
+    n = len(committed)
+    assert torch.equal(cache.k[:, s, :, :n], fresh.k[:, f, :, :n])
+    assert torch.equal(cache.v[:, s, :, :n], fresh.v[:, f, :, :n])
+    again = runner.forward(fresh, [Row(f, ids[-3:], "all")]).logits
+    assert torch.allclose(after, again, atol=1e-5)
+    assert torch.allclose(after, hf_logits(target, ids)[-3:], atol=2e-3)
+
+
+def test_cache_bounds(runner):
+    cache = runner.new_cache(2, 32)
+    s = cache.allocate()
+    cache.allocate()
+    with pytest.raises(RuntimeError):
+        cache.allocate()
+    with pytest.raises(ValueError, match="max_context"):
+        runner.forward(cache, [Row(s, [1] * 33, "last")])
+    runner.forward(cache, [Row(s, [1] * 8, "last")])
+    assert cache.used_tokens == 8 and cache.usage() == 8 / 64
+    cache.release(s)
+    assert cache.used_tokens == 0 and cache.free_slots == 1

@@ -1,0 +1,132 @@
+"""Scheduler: B* on synthetic cost tables and survival matrices, contiguity, bounds, modes."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from specd.api.policy import Calibration, Policy
+from specd.worker.engine.scheduler import CostTable, calibrate, schedule, survival
+
+
+def brute_force(policy: Policy, confs, base: int, costs: CostTable) -> float:
+    """Best objective over every per-request prefix length combination (tiny cases)."""
+    best = -1.0
+    surv = [survival(c) for c in confs]
+    caps = [min(len(c), policy.max_verify, policy.k_max) for c in confs]
+    for combo in itertools.product(*[range(c + 1) for c in caps]):
+        ok = all(v >= min(policy.min_verify, cap) for v, cap in zip(combo, caps, strict=True))
+        ok = ok and all(v <= policy.min_verify or s[v - 1] >= policy.survival_floor
+                        for v, s in zip(combo, surv, strict=True))
+        if not ok or base + sum(combo) > policy.max_batch_tokens:
+            continue
+        value = (len(confs) + sum(s[:v].sum() for s, v in zip(surv, combo, strict=True)))
+        best = max(best, value / float(costs.cost(base + sum(combo))))
+    return best
+
+
+def test_cost_table_is_monotone_and_interpolates():
+    t = CostTable.from_measurements([8, 1, 4, 16], [0.09, 0.05, 0.04, 0.2])
+    assert t.tokens == (1, 4, 8, 16)
+    assert list(t.seconds) == sorted(t.seconds)  # the 0.04 dip was lifted to 0.05
+    assert t.cost(6) == pytest.approx(0.07)
+    assert t.cost(32) == pytest.approx(0.2 + 16 * (0.2 - 0.09) / 8)  # last slope
+    with pytest.raises(ValueError):
+        CostTable.from_measurements([1, 1], [0.1, 0.2])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_scheduled_budget_is_optimal_and_contiguous(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4))
+    confs = [list(rng.uniform(0.05, 1.0, size=int(rng.integers(0, 5)))) for _ in range(n)]
+    # staircase cost: flat inside a tile, jumps at tile boundaries (GPU-style)
+    stair = CostTable.from_measurements([1, 4, 5, 8, 9, 12], [1.0, 1.0, 1.6, 1.6, 2.2, 2.2])
+    linear = CostTable.from_measurements([1, 32], [1.0, 1.0 + 31 * 0.08])
+    for costs in (stair, linear, CostTable.flat()):
+        policy = Policy(mode="scheduled", k_max=8, max_verify=int(rng.integers(1, 6)),
+                        min_verify=0, survival_floor=float(rng.choice([0.0, 0.2])),
+                        fixed_length=1)
+        sched = schedule(policy, confs, n, costs)
+        got = sched.expected_tokens / sched.cost
+        assert got == pytest.approx(brute_force(policy, confs, n, costs))
+        for c, v in zip(confs, sched.lengths, strict=True):
+            assert 0 <= v <= min(len(c), policy.max_verify)
+            s = survival(c)
+            assert v == 0 or s[v - 1] >= policy.survival_floor
+
+
+def test_staircase_cost_fills_the_tile():
+    """A flat cost up to 8 tokens: verify everything that fits the tile, cut past it."""
+    costs = CostTable.from_measurements([1, 8, 9, 64], [1.0, 1.0, 2.0, 2.0])
+    confs = [[0.9, 0.8, 0.7, 0.6, 0.5]] * 2
+    sched = schedule(Policy(mode="scheduled", k_max=5, survival_floor=0.0), confs, 2, costs)
+    assert sum(sched.lengths) == 6  # 2 base + 6 = the 8-token tile; the 9th would double cost
+    assert sched.lengths == [3, 3]
+
+
+def test_busy_batch_cuts_tails():
+    """Same confidences: a light batch verifies long prefixes, a busy one (steep cost) cuts."""
+    conf = [0.8, 0.6, 0.5, 0.4, 0.3]
+    cheap = CostTable.from_measurements([1, 256], [1.0, 1.1])
+    steep = CostTable.from_measurements([1, 8, 256], [1.0, 1.4, 40.0])
+    policy = Policy(mode="scheduled", k_max=5, survival_floor=0.0)
+    light = schedule(policy, [conf], 1, cheap).lengths
+    busy = schedule(policy, [conf] * 32, 32, steep).lengths
+    assert light == [5]
+    assert max(busy) < 5 and sum(busy) < 32 * 5
+
+
+def test_bounds_min_max_floor_budget():
+    confs = [[0.99] * 6, [0.01] * 6]
+    costs = CostTable.from_measurements([1, 100], [1.0, 50.0])  # steep: the scheduler wants 0
+    p = Policy(mode="scheduled", k_max=6, fixed_length=1, min_verify=2, max_verify=4,
+               survival_floor=0.5)
+    sched = schedule(p, confs, 2, costs)
+    assert sched.lengths[1] == 2  # min_verify holds even below the floor
+    assert all(2 <= v <= 4 for v in sched.lengths)
+    tight = Policy(mode="scheduled", k_max=6, fixed_length=1, max_verify=6,
+                   survival_floor=0.0, max_batch_tokens=5)
+    sched = schedule(tight, confs, 2, CostTable.flat())
+    assert 2 + sum(sched.lengths) <= 5
+
+
+def test_modes_agree_where_they_should():
+    confs = [[0.9, 0.9, 0.9], [0.5, 0.5], []]
+    flat = CostTable.flat()
+    assert schedule(Policy(mode="plain"), confs, 3, flat).lengths == [0, 0, 0]
+    fixed = schedule(Policy(mode="fixed", k_max=4, fixed_length=2), confs, 3, flat).lengths
+    assert fixed == [2, 2, 0]
+    # flat cost, no floor, max_verify = fixed length: scheduled verifies exactly what fixed does
+    sched = schedule(Policy(mode="scheduled", k_max=4, fixed_length=2, max_verify=2,
+                            survival_floor=0.0), confs, 3, flat).lengths
+    assert sched == fixed
+    # all-zero confidence: scheduled == plain
+    zero = schedule(Policy(mode="scheduled", survival_floor=0.01), [[0.0] * 4] * 3, 3, flat)
+    assert zero.lengths == [0, 0, 0]
+
+
+def test_policy_calibration_applies():
+    cal = Calibration(temperature=[2.0], bias=[0.0])
+    assert calibrate([0.5, 0.9], cal)[0] == pytest.approx(0.5)
+    assert 0.5 < calibrate([0.9], cal)[0] < 0.9  # temperature > 1 softens confidence
+    assert calibrate([0.9], Calibration()) == [0.9]
+
+
+def test_scheduling_overhead_is_small():
+    """Measured and printed (not asserted against a time): one round at 32 requests x K=8."""
+    rng = np.random.default_rng(0)
+    confs = [list(rng.uniform(0.2, 1.0, 8)) for _ in range(32)]
+    costs = CostTable.from_measurements([1, 8, 32, 128, 256], [0.055, 0.06, 0.09, 0.25, 0.45])
+    policy = Policy(mode="scheduled", k_max=8, max_verify=8)
+    t0 = time.perf_counter()
+    reps = 50
+    for _ in range(reps):
+        sched = schedule(policy, confs, 32, costs)
+    per_round = (time.perf_counter() - t0) / reps
+    print(f"\nscheduling overhead: {per_round * 1e3:.3f} ms per round (32 requests, K=8); "
+          f"{100 * per_round / sched.cost:.2f}% of the predicted forward time")
+    assert sum(sched.lengths) > 0
