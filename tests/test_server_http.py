@@ -14,31 +14,23 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client import CollectorRegistry
 
 from specd.api.policy import Policy
+from specd.worker.server.background import BackgroundServers, free_port
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
 
 MODEL = "smollm2-135m"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_policy_atomically(directory: Path, policy_text: str) -> None:
@@ -81,31 +73,11 @@ class Served:
                      for name, settings, registry in (
                          ("main", main, self.registry), ("small", small, CollectorRegistry()),
                          ("fuzz", fuzz, CollectorRegistry()))}
-        self.ports = {name: free_port() for name in self.apps}
-        self.loop = asyncio.new_event_loop()
-        self.servers = [uvicorn.Server(uvicorn.Config(app, host="127.0.0.1",
-                                                      port=self.ports[name], log_level="warning",
-                                                      lifespan="on"))
-                        for name, app in self.apps.items()]
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 120
-        while not all(s.started for s in self.servers):
-            assert self.thread.is_alive() and time.time() < deadline, "server did not start"
-            time.sleep(0.05)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def main() -> None:
-            await self.engine.start()
-            await asyncio.gather(*(s.serve() for s in self.servers))
-            await self.engine.stop(drain=False)
-
-        self.loop.run_until_complete(main())
+        self.background = BackgroundServers(self.apps, engines=[self.engine])
+        self.loop = self.background.loop
 
     def url(self, name: str = "main") -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
+        return self.background.url(name)
 
     def in_process(self, prompt_ids: list[int], max_tokens: int, **params) -> tuple[str, list]:
         """The same engine, called in-process (no HTTP): (text, token ids)."""
@@ -123,9 +95,7 @@ class Served:
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=300)
 
     def stop(self) -> None:
-        for s in self.servers:
-            s.should_exit = True
-        self.thread.join(timeout=60)
+        self.background.stop()
 
 
 @pytest.fixture(scope="module")
