@@ -81,8 +81,11 @@ def test_concurrent_divergence_only_at_near_ties(make_engine, target, chat_promp
     params = SamplingParams(max_tokens=MAX_TOKENS)
     plain = make_engine("none", Policy(mode="plain"))
     ref = [plain.generate([GenerationRequest(ids, params)])[0].token_ids for ids in prompts]
-    engine = make_engine("ngram", POLICIES["scheduled"])
+    # two slots for four requests and 8-token prefill chunks: requests join mid-flight and
+    # their prompts are prefilled in chunks inside the running batch's verify forwards
+    engine = make_engine("ngram", POLICIES["scheduled"], max_slots=2, prefill_chunk=8)
     outs = engine.generate([GenerationRequest(ids, params) for ids in prompts])
+    assert sum(o.spec.accepted for o in outs) > 0  # drafts were accepted under concurrency
     for ids, out, want in zip(prompts, outs, ref, strict=True):
         if out.token_ids == want:
             continue

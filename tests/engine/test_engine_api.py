@@ -1,0 +1,95 @@
+"""The in-process API: async streaming, cancellation frees memory, stop conditions, policy
+hot-swap, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from specd.api import metrics as names
+from specd.api.policy import Policy
+from specd.worker.engine.api import EngineError, GenerationRequest, SamplingParams
+
+pytestmark = pytest.mark.model
+
+
+async def test_stream_cancel_and_stats(make_engine, chat_prompt_ids):
+    registry = CollectorRegistry()
+    engine = make_engine("ngram", Policy(mode="scheduled"), registry=registry, max_slots=2)
+    await engine.start()
+    assert engine.ready
+    try:
+        ids = chat_prompt_ids("Tell me a long story about a dragon.")
+        long_req = GenerationRequest(ids, SamplingParams(max_tokens=200), task_group="long-form")
+        stream = engine.submit(long_req)
+        first = await anext(stream)
+        assert first.token_ids and not first.finished
+        assert engine.stats().running == 1 and engine.stats().kv_used_tokens >= len(ids)
+        engine.cancel(long_req.request_id)
+        events = [e async for e in stream]
+        assert events[-1].finished and events[-1].finish_reason == "cancelled"
+        stats = engine.stats()
+        assert stats.running == 0 and stats.kv_used_tokens == 0 and stats.kv_usage == 0.0
+
+        # two concurrent streams finish normally; text deltas add up to the decoded text
+        reqs = [GenerationRequest(chat_prompt_ids(t), SamplingParams(max_tokens=12), task_group="chat")
+                for t in ("Say hi.", "Name a fruit.")]
+
+        async def collect(req):
+            toks, text, last = [], "", None
+            async for ev in engine.submit(req):
+                toks += ev.token_ids
+                text += ev.text
+                last = ev
+            return toks, text, last
+
+        results = await asyncio.gather(*(collect(r) for r in reqs))
+        for toks, text, last in results:
+            assert last.finish_reason in ("stop", "length") and last.completion_tokens == len(toks)
+            assert text == engine.loaded.tokenizer.decode(toks, skip_special_tokens=True)
+        labels = {"drafter": "ngram", "policy_mode": "scheduled",
+                  "policy_version": Policy(mode="scheduled").version()}
+        assert registry.get_sample_value(names.ROUNDS + "_total", labels) > 0
+        assert registry.get_sample_value(names.EMITTED_TOKENS + "_total",
+                                         {**labels, "task_group": "chat"}) >= 2
+        assert registry.get_sample_value(names.REQUESTS + "_total",
+                                         {"outcome": "cancelled", "task_group": "long-form"}) == 1
+        assert registry.get_sample_value(names.ROUND_PHASE_SECONDS + "_count",
+                                         {**labels, "phase": "verify"}) > 0
+        new = Policy(mode="fixed", k_max=3, fixed_length=2)
+        engine.set_policy(new)
+        await collect(GenerationRequest(chat_prompt_ids("Hi"), SamplingParams(max_tokens=3)))
+        assert engine.stats().policy_version == new.version()
+        assert registry.get_sample_value(names.POLICY_INFO, {"policy_mode": "fixed",
+                                         "policy_version": new.version(), "drafter": "ngram"}) == 1
+    finally:
+        await engine.stop()
+
+
+def test_stop_conditions_and_bad_input(make_engine, chat_prompt_ids):
+    engine = make_engine("ngram", Policy(mode="scheduled"))
+    ids = chat_prompt_ids("Count from 1 to 20, separated by commas.")
+    full = engine.generate([GenerationRequest(ids, SamplingParams(max_tokens=40))])[0]
+    assert "5" in full.text
+    cut = engine.generate([GenerationRequest(ids, SamplingParams(max_tokens=40, stop=("5",)))])[0]
+    assert cut.finish_reason == "stop" and "5" not in cut.text
+    assert full.text.startswith(cut.text) and len(cut.token_ids) < len(full.token_ids)
+    short = engine.generate([GenerationRequest(ids, SamplingParams(max_tokens=3))])[0]
+    assert short.finish_reason == "length" and short.token_ids == full.token_ids[:3]
+    with pytest.raises(EngineError):
+        engine.generate([GenerationRequest(ids, SamplingParams(max_tokens=10_000))])
+    with pytest.raises(EngineError):
+        SamplingParams(temperature=-1)
+    with pytest.raises(EngineError):
+        GenerationRequest([], SamplingParams())
+
+
+def test_seeded_sampling_is_reproducible(make_engine, chat_prompt_ids):
+    engine = make_engine("semi-ar", Policy(mode="scheduled"))
+    ids = chat_prompt_ids("Write a sentence about rain.")
+    params = SamplingParams(max_tokens=10, temperature=0.8, top_p=0.9, seed=42)
+    a = engine.generate([GenerationRequest(ids, params)])[0]
+    b = engine.generate([GenerationRequest(ids, params)])[0]
+    assert a.token_ids == b.token_ids and len(a.token_ids) == 10
