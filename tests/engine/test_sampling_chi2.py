@@ -4,8 +4,6 @@ over 20,000 samples), and the same test rejects a deliberately wrong acceptance 
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
@@ -33,7 +31,7 @@ def tiny():
                       pad_token_id=None)
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # varied, context-dependent distributions (not near-uniform)
-        for name, w in model.named_parameters():
+        for w in model.parameters():
             if w.dim() == 2:
                 w.normal_(0, 0.25)
     model.requires_grad_(False)

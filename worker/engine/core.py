@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from specd.api import metrics as mnames
 from specd.api.policy import Policy
 from specd.worker.drafters.base import Drafter, DraftRow

@@ -7,6 +7,7 @@ import statistics
 import time
 
 import torch
+
 from specd.worker.engine.kv_cache import KVCache
 from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.scheduler import CostTable

@@ -24,10 +24,12 @@ class Engine:
 
     def __init__(self, loaded: Any, config: EngineConfig | None = None,
                  policy: Policy | None = None, registry: Any = None,
-                 drafter_net: Any = None, costs: Any = None, runner: Any = None) -> None:
+                 drafter_net: Any = None, costs: Any = None, runner: Any = None,
+                 metric_labels: dict[str, str] | None = None) -> None:
         """``loaded``: a ``specd.worker.model.LoadedModel`` (tokenizer may be None in tests).
         ``drafter_net``: an already bound net (tests); ``costs``: a CostTable to skip profiling;
-        ``runner``: a LlamaRunner over the same model to share (several engines, one model)."""
+        ``runner``: a LlamaRunner over the same model to share (several engines, one model);
+        ``metric_labels``: constant labels on every engine metric (e.g. revision, track)."""
         from specd.worker.drafters.registry import build_drafter
         from specd.worker.engine.core import EngineCore
         from specd.worker.engine.llama import LlamaRunner
@@ -38,7 +40,7 @@ class Engine:
         self.runner = runner or LlamaRunner(loaded.model)
         self.drafter = build_drafter(self.config.drafter, loaded, self.config.drafter_path,
                                      self.config.max_slots, self.config.max_context, drafter_net)
-        self.metrics = EngineMetrics(registry)
+        self.metrics = EngineMetrics(registry, metric_labels)
         self.core = EngineCore(self.runner, self.drafter, loaded.tokenizer, self.config,
                                policy or Policy(), self.metrics, costs)
         self._costs_ready = costs is not None or self.config.cost_profile == "none"
@@ -50,10 +52,11 @@ class Engine:
     @classmethod
     def from_model(cls, reference: str, config: EngineConfig | None = None,
                    policy: Policy | None = None, registry: Any = None, device: str = "auto",
-                   dtype: str = "auto") -> Engine:
+                   dtype: str = "auto", metric_labels: dict[str, str] | None = None) -> Engine:
         from specd.worker.model import load_model
 
-        return cls(load_model(reference, device, dtype), config, policy, registry)
+        return cls(load_model(reference, device, dtype), config, policy, registry,
+                   metric_labels=metric_labels)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property

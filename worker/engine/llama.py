@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+
 from specd.worker.engine.kv_cache import KVCache
 
 Want = Literal["all", "last", "none"]

@@ -3,7 +3,10 @@ in (tests make their own; the server passes the process registry)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
 from specd.api import metrics as m
 
 SPEC = (m.LABEL_DRAFTER, m.LABEL_POLICY_MODE, m.LABEL_POLICY_VERSION)
@@ -12,37 +15,64 @@ LENGTH_BUCKETS = tuple(float(i) for i in range(0, 18))
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
+class _Bound:
+    """A metric with constant leading label values (e.g. revision, track) filled in."""
+
+    def __init__(self, metric: Any, extra: tuple[str, ...]) -> None:
+        self.metric = metric
+        self.extra = extra
+
+    def labels(self, *values: str) -> Any:
+        return self.metric.labels(*self.extra, *values)
+
+    def set(self, value: float) -> None:
+        (self.metric.labels(*self.extra) if self.extra else self.metric).set(value)
+
+    def clear(self) -> None:
+        self.metric.clear()
+
+
 class EngineMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """``const_labels``: label names and values put on every engine metric (the server passes
+    ``{"revision": ..., "track": ...}``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 const_labels: dict[str, str] | None = None) -> None:
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
-        self.rounds = Counter(m.ROUNDS, "Engine rounds (draft, schedule, verify, commit)", SPEC, registry=r)
-        self.drafted = Counter(m.DRAFTED_TOKENS, "Tokens proposed by the drafter", SPEC_GROUP, registry=r)
-        self.verified = Counter(m.VERIFIED_TOKENS, "Drafted tokens sent to the target", SPEC_GROUP, registry=r)
-        self.truncated = Counter(m.TRUNCATED_TOKENS, "Drafted tokens not verified", SPEC_GROUP, registry=r)
-        self.accepted = Counter(m.ACCEPTED_TOKENS, "Verified tokens accepted", SPEC_GROUP, registry=r)
-        self.emitted = Counter(m.EMITTED_TOKENS, "Tokens committed by decode rounds", SPEC_GROUP, registry=r)
-        self.accepted_pos = Counter(m.ACCEPTED_PER_POSITION, "Accepted tokens by draft position",
-                                    (*SPEC, m.LABEL_POSITION), registry=r)
-        self.verified_requests = Counter(m.VERIFIED_REQUESTS, "Request-rounds verifying >= 1 token",
-                                         SPEC, registry=r)
-        self.requests = Counter(m.REQUESTS, "Finished requests by outcome",
-                                ("outcome", m.LABEL_TASK_GROUP), registry=r)
-        self.acceptance_length = Histogram(m.ACCEPTANCE_LENGTH, "Tokens committed per request per round",
-                                           SPEC_GROUP, buckets=LENGTH_BUCKETS, registry=r)
-        self.verify_length = Histogram(m.VERIFY_LENGTH, "Verified draft tokens per request per round",
-                                       SPEC, buckets=LENGTH_BUCKETS, registry=r)
-        self.phase = Histogram(m.ROUND_PHASE_SECONDS, "Round time by phase", (*SPEC, m.LABEL_PHASE),
-                               buckets=PHASE_BUCKETS, registry=r)
-        self.latency = Histogram(m.REQUEST_LATENCY_SECONDS, "Request latency", (m.LABEL_TASK_GROUP,),
-                                 buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN_SECONDS, "Time to first token", (m.LABEL_TASK_GROUP,),
-                              buckets=LATENCY_BUCKETS, registry=r)
-        self.tpot = Histogram(m.TIME_PER_OUTPUT_TOKEN_SECONDS, "Time per output token after the first",
-                              (m.LABEL_TASK_GROUP,), buckets=PHASE_BUCKETS, registry=r)
-        self.queue_depth = Gauge(m.QUEUE_DEPTH, "Requests waiting for a KV slot", registry=r)
-        self.running = Gauge(m.RUNNING_BATCH_SIZE, "Requests holding a KV slot", registry=r)
-        self.kv_usage = Gauge(m.KV_USAGE, "Fraction of KV cache tokens in use", registry=r)
-        self.policy_info = Gauge(m.POLICY_INFO, "The policy the engine runs (value 1)",
-                                 (m.LABEL_POLICY_MODE, m.LABEL_POLICY_VERSION, m.LABEL_DRAFTER),
-                                 registry=r)
+        const = dict(const_labels or {})
+        names = tuple(const)
+        extra = tuple(str(v) for v in const.values())
+
+        def wrap(cls: Any, name: str, doc: str, labelnames: tuple[str, ...] = (), **kw: Any) -> _Bound:
+            return _Bound(cls(name, doc, (*names, *labelnames), registry=r, **kw), extra)
+
+        self.rounds = wrap(Counter, m.ROUNDS, "Engine rounds (draft, schedule, verify, commit)", SPEC)
+        self.drafted = wrap(Counter, m.DRAFTED_TOKENS, "Tokens proposed by the drafter", SPEC_GROUP)
+        self.verified = wrap(Counter, m.VERIFIED_TOKENS, "Drafted tokens sent to the target", SPEC_GROUP)
+        self.truncated = wrap(Counter, m.TRUNCATED_TOKENS, "Drafted tokens not verified", SPEC_GROUP)
+        self.accepted = wrap(Counter, m.ACCEPTED_TOKENS, "Verified tokens accepted", SPEC_GROUP)
+        self.emitted = wrap(Counter, m.EMITTED_TOKENS, "Tokens committed by decode rounds", SPEC_GROUP)
+        self.accepted_pos = wrap(Counter, m.ACCEPTED_PER_POSITION, "Accepted tokens by draft position",
+                                    (*SPEC, m.LABEL_POSITION))
+        self.verified_requests = wrap(Counter, m.VERIFIED_REQUESTS, "Request-rounds verifying >= 1 token",
+                                         SPEC)
+        self.requests = wrap(Counter, m.REQUESTS, "Finished requests by outcome",
+                                ("outcome", m.LABEL_TASK_GROUP))
+        self.acceptance_length = wrap(Histogram, m.ACCEPTANCE_LENGTH, "Tokens committed per request per round",
+                                           SPEC_GROUP, buckets=LENGTH_BUCKETS)
+        self.verify_length = wrap(Histogram, m.VERIFY_LENGTH, "Verified draft tokens per request per round",
+                                       SPEC, buckets=LENGTH_BUCKETS)
+        self.phase = wrap(Histogram, m.ROUND_PHASE_SECONDS, "Round time by phase", (*SPEC, m.LABEL_PHASE),
+                               buckets=PHASE_BUCKETS)
+        self.latency = wrap(Histogram, m.REQUEST_LATENCY_SECONDS, "Request latency", (m.LABEL_TASK_GROUP,),
+                                 buckets=LATENCY_BUCKETS)
+        self.ttft = wrap(Histogram, m.TIME_TO_FIRST_TOKEN_SECONDS, "Time to first token", (m.LABEL_TASK_GROUP,),
+                              buckets=LATENCY_BUCKETS)
+        self.tpot = wrap(Histogram, m.TIME_PER_OUTPUT_TOKEN_SECONDS, "Time per output token after the first",
+                              (m.LABEL_TASK_GROUP,), buckets=PHASE_BUCKETS)
+        self.queue_depth = wrap(Gauge, m.QUEUE_DEPTH, "Requests waiting for a KV slot")
+        self.running = wrap(Gauge, m.RUNNING_BATCH_SIZE, "Requests holding a KV slot")
+        self.kv_usage = wrap(Gauge, m.KV_USAGE, "Fraction of KV cache tokens in use")
+        self.policy_info = wrap(Gauge, m.POLICY_INFO, "The policy the engine runs (value 1)",
+                                (m.LABEL_POLICY_MODE, m.LABEL_POLICY_VERSION, m.LABEL_DRAFTER))
