@@ -25,7 +25,8 @@ Proposals. Every net returns a ``Draft``:
                    use this q, and no other, in the speculative-sampling ratio p/q;
   * ``confidence`` FloatTensor [B, k]    predicted probability that position i is accepted
                    given all earlier positions were (calibrated where the artifact carries
-                   calibration; the scheduler's survival is S(i) = prod_{j<=i} confidence).
+                   calibration; the scheduler's survival is S(i) = prod_{j<=i} confidence);
+  * ``confidence_logit`` [B, k]          the raw, uncalibrated logit behind it.
 
   ParallelHeads (Scheme A, Medusa-style), one pass, no state::
 
@@ -47,7 +48,8 @@ Proposals. Every net returns a ``Draft``:
     calibrated per position (Platt scaling, ``calib_a``/``calib_b`` buffers).
 
   DraftLM (the classic independent small draft model) keeps its own KV cache, which the
-  engine owns and rolls back (``cache.crop(n)``)::
+  engine owns and rolls back (``crop_cache(cache, length)`` below: transformers 5 ``crop``
+  takes a negative count of tokens to remove)::
 
       out = draft_lm(input_ids, past_key_values=cache, use_cache=True)
       # out.logits [B, T, V] (full vocabulary, -inf outside vocab_ids), out.past_key_values
@@ -81,6 +83,14 @@ class Draft:
     tokens: torch.Tensor  # [B, k] long
     q: torch.Tensor  # [B, k, V] float: the exact distribution each token was drawn from
     confidence: torch.Tensor  # [B, k] float in [0, 1]
+    confidence_logit: torch.Tensor | None = None  # [B, k] raw (uncalibrated) logit
+
+
+def crop_cache(cache: Any, length: int) -> None:
+    """Cut a transformers DynamicCache back to ``length`` tokens (no-op if not longer)."""
+    remove = cache.get_seq_length() - length
+    if remove > 0:
+        cache.crop(-remove)
 
 
 def target_parts(target: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,8 +241,8 @@ class ParallelHeads(_BoundHead):
                                         temperature, generator)
             tokens.append(ids)
             qs.append(q)
-        conf = self.calibrate(_max_prob_logit(logits))
-        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), conf)
+        z = _max_prob_logit(logits)
+        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), self.calibrate(z), z)
 
 
 class SemiARDrafter(_BoundHead):
@@ -320,8 +330,8 @@ class SemiARDrafter(_BoundHead):
             tokens.append(prev)
             qs.append(q)
             confs.append(self._confidence_logit(state, sub, i))
-        conf = self.calibrate(torch.stack(confs, 1))
-        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), conf)
+        z = torch.stack(confs, 1).float()
+        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), self.calibrate(z), z)
 
 
 class DraftLM(_BoundHead):
@@ -397,8 +407,8 @@ class DraftLM(_BoundHead):
             if i + 1 < k:
                 sub, cache = self.sub_logits(ids[:, None], cache)
                 last = sub[:, -1]
-        conf = self.calibrate(torch.stack(confs, 1))
-        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), conf), cache
+        z = torch.stack(confs, 1).float()
+        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), self.calibrate(z), z), cache
 
 
 NETS: dict[str, type[_BoundHead]] = {

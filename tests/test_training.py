@@ -1,0 +1,219 @@
+"""Drafter training, artifacts, calibration and the committed smollm2-135m drafters.
+
+Real components throughout: the embedded target generates a tiny self-distillation data set
+(a few prompts, a few dozen tokens), real nets train on it for a few steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.model
+
+
+# ---------------------------------------------------------------- nets (no training needed)
+
+def _tiny_vocab(target, n=512):
+    eos = target.tokenizer.eos_token_id
+    return torch.tensor(sorted(set(range(n)) | {eos}))
+
+
+def test_sampled_q_is_the_distribution_the_token_came_from(target):
+    from specd.worker.drafters.nets import SemiARDrafter
+
+    torch.manual_seed(0)
+    vocab = _tiny_vocab(target)
+    net = SemiARDrafter(576, 4, vocab, target.model.config.vocab_size).bind(target).eval()
+    for p in net.parameters():  # make the heads non-trivial
+        torch.nn.init.normal_(p, std=0.02)
+    hidden = torch.randn(3, 576)
+    last = torch.tensor([10, 20, 30])
+    greedy = net.propose(hidden, last, 4)
+    assert greedy.tokens.shape == (3, 4) and greedy.q.shape == (3, 4, 49152)
+    assert torch.all(greedy.q.sum(-1) == 1) and torch.all(greedy.q.max(-1).values == 1)
+    assert torch.equal(greedy.q.argmax(-1), greedy.tokens)
+    gen = torch.Generator().manual_seed(1)
+    sampled = net.propose(hidden, last, 4, temperature=0.7, generator=gen)
+    assert torch.allclose(sampled.q.sum(-1), torch.ones(3, 4), atol=1e-5)
+    outside = torch.ones(49152, dtype=torch.bool)
+    outside[vocab] = False
+    assert sampled.q[..., outside].sum() == 0  # no mass outside the drafter's vocabulary
+    picked = sampled.q.gather(-1, sampled.tokens[..., None]).squeeze(-1)
+    assert torch.all(picked > 0)
+    # the sequential head conditions on earlier draft tokens: same h, other last token
+    other = net.propose(hidden, torch.tensor([11, 21, 31]), 4)
+    assert not torch.allclose(other.confidence_logit, greedy.confidence_logit)
+    assert torch.all((greedy.confidence >= 0) & (greedy.confidence <= 1))
+
+
+def test_draft_lm_logits_are_full_vocab_and_cache_rolls_back(target):
+    from specd.worker.drafters.nets import DraftLM, crop_cache
+
+    vocab = _tiny_vocab(target)
+    net = DraftLM(576, 5, vocab, 49152, num_layers=1).bind(target).eval()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    out = net(ids)
+    assert out.logits.shape == (1, 4, 49152)
+    assert torch.isinf(out.logits[0, 0, 600]) and torch.isfinite(out.logits[0, 0, 5])
+    draft, cache = net.propose(ids, None, 3)
+    assert cache.get_seq_length() == 4 + 2
+    crop_cache(cache, 4)
+    again, _ = net.propose(torch.tensor([[draft.tokens[0, 0].item()]]), cache, 1)
+    assert again.tokens[0, 0] == draft.tokens[0, 1]  # same continuation after the rollback
+
+
+# ---------------------------------------------------------------- tiny data + training
+
+@pytest.fixture(scope="module")
+def tiny_data(target, tmp_path_factory):
+    import os
+
+    from specd.worker.model import model_fingerprint
+    from specd.worker.training.data import DataSettings, generate_data, load_split
+
+    old = os.environ.get("SPECD_CACHE")
+    os.environ["SPECD_CACHE"] = str(tmp_path_factory.mktemp("specd-cache"))
+    try:
+        settings = DataSettings(n_train=12, n_calib=4, n_test=4, max_new_tokens=32,
+                                batch_size=12, sampled_fraction=0.25)
+        directory = generate_data(target, settings, model_fingerprint(target), progress=False)
+        again = generate_data(target, settings, model_fingerprint(target), progress=False)
+    finally:
+        if old is None:
+            os.environ.pop("SPECD_CACHE")
+        else:
+            os.environ["SPECD_CACHE"] = old
+    assert again == directory  # cached and deterministic: same settings, same hash
+    return {s: load_split(directory, s) for s in ("train", "calib", "test")}, directory
+
+
+@pytest.mark.slow
+def test_data_set_has_target_continuations_and_hidden_states(tiny_data, target):
+    splits, directory = tiny_data
+    meta = json.loads((directory / "meta.json").read_text())
+    assert meta["splits"] == {"train": 12, "calib": 4, "test": 4}
+    train = splits["train"]
+    assert train.hidden.shape == (train.row_off[-1], 576)
+    assert train.sampled.any() and not train.sampled.all()
+    assert set(splits["test"].prompt_index).isdisjoint(set(train.prompt_index))
+    # a greedy row's continuation is the target's own greedy choice (bf16 generation,
+    # so compare the recorded teacher top-1, which produced it)
+    s = int(np.flatnonzero(~train.sampled)[0])
+    seq, P, r0 = train.sequence(s), int(train.prompt_len[s]), int(train.row_off[s])
+    cont = seq[P:]
+    assert np.array_equal(train.topk_ids[r0:r0 + len(cont), 0], cont)
+
+
+@pytest.mark.slow
+def test_short_training_run_learns(tiny_data, target):
+    from specd.worker.training.train_heads import (
+        Teacher,
+        evaluate_heads,
+        frequent_vocab,
+        head_examples,
+        make_net,
+    )
+    from specd.worker.training.trainer import TrainSettings, fit
+
+    splits, _ = tiny_data
+    train, calib = splits["train"], splits["calib"]
+    K = 4
+    vocab = frequent_vocab(train, 1024, [target.tokenizer.eos_token_id])
+    net = make_net("semi-ar", 576, K, vocab, 49152).bind(target)
+    ev = Teacher(calib, head_examples(calib, K), net.sub_index(), "cpu")
+    before = evaluate_heads(net.eval(), ev, K)
+    tr = Teacher(train, head_examples(train, K), net.sub_index(), "cpu")
+    from specd.worker.training.train_heads import loss_fn
+
+    history = fit(net, len(tr.ex), tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+                  TrainSettings(epochs=6, batch_size=64, lr=3e-3, warmup_steps=5), None,
+                  progress=False)
+    after = history[-1]
+    assert after["heldout_loss"] < before["heldout_loss"] - 0.2
+    # a random draft (uniform over the drafter's vocabulary) is accepted ~1/len(vocab)
+    rng = np.random.default_rng(0)
+    truth = head_examples(calib, K).targets[:, 0]
+    random_acc = float(np.mean(rng.choice(vocab.numpy(), size=len(truth)) == truth))
+    assert after["heldout_acceptance"][0] > random_acc + 0.1
+
+
+@pytest.mark.slow
+def test_artifact_round_trip_and_fingerprint_check(tiny_data, target, tmp_path):
+    from specd import SpecdError
+    from specd.worker.drafters.artifacts import load_drafter, read_metadata, save_drafter
+    from specd.worker.drafters.nets import ParallelHeads
+    from specd.worker.model import LoadedModel, model_fingerprint
+
+    torch.manual_seed(0)
+    net = ParallelHeads(576, 3, _tiny_vocab(target), 49152).bind(target)
+    for p in net.parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    net.calib_a.fill_(0.5)
+    fp = model_fingerprint(target)
+    out = save_drafter(net, tmp_path / "heads", "parallel", fp, "smollm2-135m",
+                       {"data": {"hash": "abc"}}, dtype="float32")
+    loaded = load_drafter(out, target)
+    assert loaded.method == "parallel" and loaded.metadata["data"]["hash"] == "abc"
+    h, last = torch.randn(2, 576), torch.tensor([5, 6])
+    a, b = net.eval().propose(h, last, 3), loaded.propose(h, last, 3)
+    assert torch.equal(a.tokens, b.tokens) and torch.allclose(a.confidence, b.confidence)
+    assert read_metadata(out)["target"]["fingerprint"] == fp
+
+    other_model = copy.deepcopy(target.model)
+    with torch.no_grad():
+        first = sorted(other_model.state_dict())[0]
+        other_model.state_dict()[first].add_(0.01)
+    other = LoadedModel(target.source, other_model, target.tokenizer, target.device,
+                        target.dtype)
+    assert model_fingerprint(other) != fp
+    with pytest.raises(SpecdError, match="fingerprint"):
+        load_drafter(out, other)
+    with pytest.raises(SpecdError, match="no drafter artifact"):
+        load_drafter(tmp_path / "missing", target)
+
+
+def test_calibration_lowers_ece_on_held_out_data():
+    from specd.worker.training.calibrate import apply_platt, ece, fit_per_position
+
+    # an over-confident scorer: true acceptance is sigmoid(z/3 - 1) while it claims sigmoid(z)
+    rng = np.random.default_rng(0)
+    z = rng.normal(1.5, 2.0, size=(4000, 3))
+    y = (rng.random(z.shape) < 1 / (1 + np.exp(-(z / 3 - 1)))).astype(float)
+    alive = np.ones_like(z, dtype=bool)
+    a, b = fit_per_position(z[:2000], y[:2000], alive[:2000])
+    held_z, held_y = z[2000:], y[2000:]
+    before = ece(1 / (1 + np.exp(-held_z)).ravel(), held_y.ravel())
+    after = ece(apply_platt(held_z, a, b).ravel(), held_y.ravel())
+    assert before > 0.15 and after < 0.03
+
+
+# ---------------------------------------------------------------- the committed artifacts
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "worker" / "artifacts" / "smollm2-135m"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["parallel", "semi-ar", "draft-model"])
+def test_committed_artifacts_load_and_beat_chance(method, target, chat_prompt_ids):
+    from specd.worker.drafters.artifacts import load_drafter
+    from specd.worker.reference import greedy_decode
+    from specd.worker.training.evaluate import run_lengths, tau_walk
+
+    assert (ARTIFACTS / method / "metadata.json").is_file(), "committed artifact missing"
+    net = load_drafter(method, target)
+    meta = net.metadata
+    assert meta["method"] == method and meta["command"].startswith("specd train")
+    prompt = chat_prompt_ids("Explain how a rainbow forms, in a few sentences.")
+    seq = greedy_decode(target.model, prompt, 40, target.tokenizer.eos_token_id)
+    rl = run_lengths(target, net, prompt, seq, 5)
+    first = float(rl["match"][:, 0].mean())
+    chance = 1.0 / meta["config"]["num_vocab"]
+    assert first > max(0.2, 50 * chance), f"{method}: first-position acceptance {first:.3f}"
+    committed, rounds = tau_walk(rl["A"], len(seq), 5)
+    assert committed / rounds > 1.2

@@ -1,0 +1,1 @@
+"""Drafter training: data, heads, draft model, calibration, evaluation."""

@@ -1,0 +1,280 @@
+"""Self-distillation data: the target's own continuations, hidden states and top-k distributions.
+
+One batched decode loop per chunk of prompts records, at every continuation position p (from
+the last prompt token on), the target's final hidden state h_p (fp16) and its top-k next-token
+log-probabilities (the teacher). Greedy continuations for every prompt; sampled ones
+(temperature ``sample_temperature``) for a fraction of the training prompts. Chunks are saved
+as they finish (resumable) under ``~/.cache/specd/data/<hash>/``; the hash covers the target
+fingerprint, the prompts and every setting, so the same seed gives the same data set.
+
+Layout of a split (numpy files):
+  seq_ids [N] int32, seq_off [n+1]      full token sequences (prompt + continuation)
+  prompt_len [n] int32                  prompt length of each sequence
+  hidden [R, H] fp16, row_off [n+1]     rows for positions prompt_len-1 .. len-1
+  topk_ids [R, k] int32, topk_lp [R, k] fp16   teacher log-probs predicting x[p+1]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from specd.worker.training.prompts import Prompt, build_prompts, split_prompts
+
+SPLITS = ("train", "calib", "test")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    seed: int = 0
+    n_train: int = 1200
+    n_calib: int = 150
+    n_test: int = 60
+    max_new_tokens: int = 128
+    max_prompt_tokens: int = 384
+    sampled_fraction: float = 0.0  # extra sampled continuations for this share of train prompts
+    sample_temperature: float = 0.8
+    topk: int = 8
+    batch_size: int = 48
+    dtype: str = "bfloat16"  # the target's dtype while generating (bf16 is ~2x on AVX512 CPUs)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECD_CACHE", Path.home() / ".cache" / "specd")) / "data"
+
+
+def chat_ids(tokenizer: Any, text: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                        add_generation_prompt=True, tokenize=True)
+    if not isinstance(ids, list):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def data_hash(settings: DataSettings, fingerprint: str, prompts: dict[str, list[Prompt]]) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps(asdict(settings), sort_keys=True).encode())
+    digest.update(fingerprint.encode())
+    for split in SPLITS:
+        for p in prompts[split]:
+            digest.update(f"{split}\x00{p.text}\x00".encode())
+    return digest.hexdigest()[:16]
+
+
+@torch.inference_mode()
+def decode_batch(model: Any, prompts: list[list[int]], max_new_tokens: int, eos_id: int,
+                 pad_id: int, topk: int, temperatures: list[float] | None = None,
+                 generator: torch.Generator | None = None) -> list[dict[str, np.ndarray]]:
+    """Batched left-padded decode recording hidden states and top-k log-probs per position.
+
+    ``temperatures[i]`` is 0 for a greedy row, else that row samples at that temperature.
+    """
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    batch = len(prompts)
+    ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    temps = torch.tensor(temperatures or [0.0] * batch, dtype=torch.float32, device=device)
+    sampled_rows = temps > 0
+    hiddens, tk_ids, tk_lps, tokens = [], [], [], []
+    step_ids, step_pos = ids, positions
+    for _ in range(max_new_tokens + 1):
+        out = model.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                          past_key_values=cache, use_cache=True)
+        h = out.last_hidden_state[:, -1]
+        logp = torch.log_softmax(model.lm_head(h).float(), dim=-1)
+        top = logp.topk(topk, dim=-1)
+        hiddens.append(h.to(torch.float16).cpu())
+        tk_ids.append(top.indices.to(torch.int32).cpu())
+        tk_lps.append(top.values.to(torch.float16).cpu())
+        if len(tokens) == max_new_tokens or bool(done.all()):
+            break
+        nxt = logp.argmax(-1)
+        if bool(sampled_rows.any()):
+            probs = torch.softmax(logp / temps.clamp(min=1e-3)[:, None], dim=-1)
+            drawn = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(device)
+            nxt = torch.where(sampled_rows, drawn, nxt)
+        was_done = done
+        nxt = torch.where(was_done, torch.full_like(nxt, pad_id), nxt)
+        tokens.append(nxt.cpu())
+        done = was_done | (nxt == eos_id)
+        step_ids = nxt[:, None]
+        step_pos = step_pos[:, -1:] + 1
+        # pads after EOS are never attended (pad id may equal the EOS id)
+        mask = torch.cat([mask, (~was_done).long()[:, None]], dim=1)
+    gen = torch.stack(tokens, 1) if tokens else torch.zeros(batch, 0, dtype=torch.long)
+    hid, tki, tkl = torch.stack(hiddens, 1), torch.stack(tk_ids, 1), torch.stack(tk_lps, 1)
+    results = []
+    for i, p in enumerate(prompts):
+        cont = gen[i].tolist()
+        if eos_id in cont:
+            cont = cont[:cont.index(eos_id) + 1]
+        n_rows = len(cont) + 1  # last prompt position + every continuation position
+        results.append({"seq": np.asarray(p + cont, dtype=np.int32),
+                        "prompt_len": len(p),
+                        "hidden": hid[i, :n_rows].numpy(),
+                        "topk_ids": tki[i, :n_rows].numpy(),
+                        "topk_lp": tkl[i, :n_rows].numpy()})
+    return results
+
+
+def _save_split(directory: Path, split: str, items: list[dict[str, Any]]) -> None:
+    seq_off = np.cumsum([0] + [len(x["seq"]) for x in items]).astype(np.int64)
+    row_off = np.cumsum([0] + [len(x["hidden"]) for x in items]).astype(np.int64)
+    arrays = {
+        "seq_ids": np.concatenate([x["seq"] for x in items]), "seq_off": seq_off,
+        "prompt_len": np.asarray([x["prompt_len"] for x in items], dtype=np.int32),
+        "row_off": row_off,
+        "hidden": np.concatenate([x["hidden"] for x in items]),
+        "topk_ids": np.concatenate([x["topk_ids"] for x in items]),
+        "topk_lp": np.concatenate([x["topk_lp"] for x in items]),
+        "prompt_index": np.asarray([x["prompt_index"] for x in items], dtype=np.int32),
+        "sampled": np.asarray([x["sampled"] for x in items], dtype=np.bool_),
+    }
+    (directory / split).mkdir(parents=True, exist_ok=True)
+    for name, value in arrays.items():
+        np.save(directory / split / f"{name}.npy", value)
+
+
+def _select_prompts(tokenizer: Any, settings: DataSettings) -> dict[str, list[Prompt]]:
+    """Prompts that fit ``max_prompt_tokens``, split; train order is a stable prefix."""
+    kept = [p for p in build_prompts(settings.seed)
+            if len(chat_ids(tokenizer, p.text)) <= settings.max_prompt_tokens]
+    return split_prompts(kept, settings.n_train, settings.n_calib, settings.n_test)
+
+
+def _is_sampled(settings: DataSettings, prompt: Prompt) -> bool:
+    """Whether a train prompt gets a sampled continuation instead of a greedy one."""
+    if settings.sampled_fraction <= 0:
+        return False
+    digest = hashlib.sha256(f"{settings.seed}:{prompt.id}".encode()).digest()
+    return digest[0] / 256.0 < settings.sampled_fraction
+
+
+def generate_data(target: Any, settings: DataSettings, fingerprint: str,
+                  progress: bool = True, shard: tuple[int, int] | None = None) -> Path:
+    """Generate (or reuse) the data set; return its folder. Resumable batch by batch.
+
+    Batches are cached under a key that leaves out the split sizes, so a run with a larger
+    ``n_train`` reuses every batch of a smaller one (train prompts are a stable prefix).
+    ``shard=(i, n)`` only generates batches b with b % n == i (parallel helpers filling the
+    chunk cache); a run without ``shard`` fills the gaps and assembles the data set.
+    """
+    from specd.worker.model import resolve_dtype
+    from tqdm import tqdm
+
+    tok = target.tokenizer
+    all_prompts = _select_prompts(tok, settings)
+    digest = data_hash(settings, fingerprint, all_prompts)
+    directory = cache_root() / digest
+    if (directory / "meta.json").is_file():
+        return directory
+    base = asdict(settings)
+    for key in ("n_train", "n_calib", "n_test"):
+        base.pop(key)
+    chunk_key = hashlib.sha256(json.dumps([base, fingerprint, settings.n_test, settings.n_calib],
+                                          sort_keys=True).encode()).hexdigest()[:16]
+    chunks = cache_root() / f"chunks-{chunk_key}"
+    chunks.mkdir(parents=True, exist_ok=True)
+    import copy
+
+    # a separate copy in the generation dtype: casting the target there and back would
+    # round its weights (and change its fingerprint)
+    gen_dtype = resolve_dtype(settings.dtype, target.device)
+    model = target.model
+    if next(model.parameters()).dtype != gen_dtype:
+        model = copy.deepcopy(model).to(gen_dtype)
+    eos_id = tok.eos_token_id
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id
+    bs = settings.batch_size
+    for split in ("test", "calib", "train"):  # train last: its batches extend
+        prompts = all_prompts[split]
+        batches = [prompts[i:i + bs] for i in range(0, len(prompts), bs)]
+        items: list[dict[str, Any]] = []
+        bar = tqdm(batches, desc=f"data {split}", unit="batch", disable=not progress)
+        for b, batch in enumerate(bar):
+            path = chunks / f"{split}_{b:05d}_{len(batch)}.pt"
+            if shard is not None and b % shard[1] != shard[0]:
+                continue
+            if path.is_file():
+                if shard is None:
+                    items += torch.load(path, weights_only=False)
+                continue
+            sampled = [split == "train" and _is_sampled(settings, p) for p in batch]
+            temps = [settings.sample_temperature if s_ else 0.0 for s_ in sampled]
+            gen = torch.Generator().manual_seed(settings.seed * 100003 + b)
+            res = decode_batch(model, [chat_ids(tok, p.text) for p in batch],
+                               settings.max_new_tokens, eos_id, pad_id, settings.topk,
+                               temps, gen)
+            for r, p, s_ in zip(res, batch, sampled, strict=True):
+                r["prompt_index"], r["sampled"] = p.id, s_
+            torch.save(res, path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").rename(path)
+            items += res
+            bar.set_postfix(tokens=sum(len(x["hidden"]) for x in items))
+        if shard is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            _save_split(directory, split, items)
+    if shard is not None:
+        return chunks
+    del model
+    meta = {"hash": digest, "settings": asdict(settings), "target_fingerprint": fingerprint,
+            "splits": {s: len(all_prompts[s]) for s in SPLITS},
+            "rows": {s: int(np.load(directory / s / "row_off.npy")[-1]) for s in SPLITS}}
+    (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return directory
+
+
+@dataclass
+class Split:
+    """One split loaded (hidden memory-mapped)."""
+
+    seq_ids: np.ndarray
+    seq_off: np.ndarray
+    prompt_len: np.ndarray
+    row_off: np.ndarray
+    hidden: np.ndarray
+    topk_ids: np.ndarray
+    topk_lp: np.ndarray
+    prompt_index: np.ndarray
+    sampled: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt_len)
+
+    def sequence(self, i: int) -> np.ndarray:
+        return self.seq_ids[self.seq_off[i]:self.seq_off[i + 1]]
+
+    def row_tokens(self) -> np.ndarray:
+        """Token x[p] for every row (aligned with ``hidden``)."""
+        out = np.empty(self.row_off[-1], dtype=np.int64)
+        for i in range(len(self)):
+            seq = self.sequence(i)
+            out[self.row_off[i]:self.row_off[i + 1]] = seq[self.prompt_len[i] - 1:]
+        return out
+
+
+def load_split(directory: str | os.PathLike[str], split: str) -> Split:
+    d = Path(directory) / split
+    fields = {name: np.load(d / f"{name}.npy", mmap_mode="r" if name == "hidden" else None)
+              for name in Split.__dataclass_fields__}
+    return Split(**fields)
+
+
+def load_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    return json.loads((Path(directory) / "meta.json").read_text())

@@ -1,0 +1,156 @@
+"""``specd train <method>|all|eval`` after the data exists: train, calibrate, save, evaluate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specd import SpecdError
+
+log = logging.getLogger("specd.train")
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "parallel": {"epochs": 8.0, "batch_size": 128, "lr": 2e-3, "num_vocab": 4096},
+    "semi-ar": {"epochs": 8.0, "batch_size": 128, "lr": 2e-3, "num_vocab": 4096},
+    "draft-model": {"epochs": 3.0, "batch_size": 8, "lr": 3e-4, "num_vocab": 4096},
+}
+
+
+def _settings(args: argparse.Namespace, method: str) -> Any:
+    from specd.worker.training.trainer import TrainSettings
+
+    d = DEFAULTS[method]
+    return TrainSettings(epochs=args.epochs or d["epochs"], batch_size=args.batch_size or d["batch_size"],
+                         lr=args.lr or d["lr"], seed=args.seed,
+                         warmup_steps=20 if method == "draft-model" else 50)
+
+
+def _out_dir(args: argparse.Namespace, target: Any) -> Path:
+    from specd.worker.drafters.artifacts import artifacts_root, target_alias
+
+    return Path(args.out_dir) if args.out_dir else artifacts_root() / target_alias(target)
+
+
+def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint: str,
+                 data_dir: Path, command: str) -> Path:
+    import torch
+    from specd.worker.drafters.artifacts import save_drafter
+    from specd.worker.training.calibrate import calibrate
+    from specd.worker.training.data import load_meta, load_split
+    from specd.worker.training.train_draft_lm import train_draft_lm
+    from specd.worker.training.train_heads import frequent_vocab, train_heads
+    from specd.worker.training.trainer import checkpoint_root
+
+    torch.manual_seed(args.seed)
+    meta = load_meta(data_dir)
+    train, calib, test = (load_split(data_dir, s) for s in ("train", "calib", "test"))
+    num_vocab = args.num_vocab or DEFAULTS[method]["num_vocab"]
+    vocab_ids = frequent_vocab(train, num_vocab, [target.tokenizer.eos_token_id])
+    coverage = _coverage(test, vocab_ids)
+    log.info("%s: %d output tokens cover %.1f%% of held-out target tokens", method,
+             len(vocab_ids), 100 * coverage)
+    settings = _settings(args, method)
+    ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_root()
+    ckpt = ckpt_dir / f"{meta['hash']}-{method}-K{args.K}-s{args.seed}.pt"
+    started = time.perf_counter()
+    if method == "draft-model":
+        net, history = train_draft_lm(target, train, calib, args.K, vocab_ids, settings, ckpt,
+                                      num_layers=args.draft_layers, progress=not args.no_progress)
+    else:
+        net, history = train_heads(method, target, train, calib, args.K, vocab_ids, settings,
+                                   ckpt, progress=not args.no_progress)
+    train_s = time.perf_counter() - started
+    cal = calibrate(net, calib, test, args.K)
+    log.info("%s: ECE on held-out data %.4f -> %.4f after calibration", method,
+             cal["ece_before"], cal["ece_after"])
+    out = _out_dir(args, target) / method
+    extra = {
+        "num_positions": args.K,
+        "data": {"hash": meta["hash"], "settings": meta["settings"], "rows": meta["rows"],
+                 "splits": meta["splits"]},
+        "training": {"settings": asdict(settings), "history": history,
+                     "wall_seconds": round(train_s, 1), "device": str(target.device),
+                     "torch_threads": torch.get_num_threads(),
+                     "vocab_coverage_heldout": round(coverage, 4)},
+        "calibration": cal["calibration"],
+        "heldout": {"ece_before": cal["ece_before"], "ece_after": cal["ece_after"],
+                    "reliability_after": cal["reliability_after"], "samples": cal["samples"]},
+        "command": command,
+    }
+    save_drafter(net, out, method, fingerprint, target.source.reference, extra)
+    log.info("%s: saved %s (%.0fs training)", method, out, train_s)
+    return out
+
+
+def _coverage(split: Any, vocab_ids: Any) -> float:
+    allowed = np.zeros(int(max(vocab_ids.max().item(), split.seq_ids.max())) + 1, dtype=bool)
+    allowed[vocab_ids.numpy()] = True
+    hits = total = 0
+    for s in range(len(split)):
+        cont = split.sequence(s)[int(split.prompt_len[s]):]
+        hits += int(allowed[cont].sum())
+        total += len(cont)
+    return hits / max(1, total)
+
+
+def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str, Any]:
+    from specd.worker.drafters.artifacts import load_drafter
+    from specd.worker.training.data import load_split
+    from specd.worker.training.evaluate import evaluate_drafters, plot
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not names:
+        raise SpecdError("--methods names no drafter")
+    base = _out_dir(args, target)
+    drafters = {}
+    for name in names:
+        where = base / name if (base / name).is_dir() else name
+        net = load_drafter(where, target)
+        drafters[net.method if net.method not in drafters else name] = net
+    test = load_split(data_dir, "test")
+    n = len(test) if args.eval_prompts is None else min(len(test), args.eval_prompts)
+    prompts = [list(map(int, test.sequence(i)[:int(test.prompt_len[i])])) for i in range(n)]
+    result = evaluate_drafters(target, drafters, prompts, args.eval_tokens,
+                               progress=not args.no_progress)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        plot_path = args.plot or str(Path(args.json).with_suffix(".png"))
+        plot(result, plot_path)
+        log.info("wrote %s and %s", args.json, plot_path)
+    else:
+        print(json.dumps(result, indent=2))
+    return result
+
+
+def run_training_action(args: argparse.Namespace, target: Any, fingerprint: str,
+                        data_dir: Path, command: str) -> int:
+    import torch
+
+    if args.K < 1 or args.K > 16:
+        raise SpecdError("--K must be in 1..16")
+    torch.manual_seed(args.seed)
+    if args.action == "eval":
+        run_eval(args, target, data_dir)
+        return 0
+    methods = ["parallel", "semi-ar", "draft-model"] if args.action == "all" else [args.action]
+    outs = [train_method(m, args, target, fingerprint, data_dir, command) for m in methods]
+    if args.action == "all":
+        from specd.worker.drafters.artifacts import update_metadata
+
+        args.methods = ",".join(str(o) for o in outs)
+        result = run_eval(args, target, data_dir)
+        for out, (name, figures) in zip(outs, result.items(), strict=True):
+            update_metadata(out, {"eval": {k: v for k, v in figures.items()
+                                           if k != "reliability_after"}})
+            log.info("%s: tau %s", name, figures["tau"])
+    for out in outs:
+        print(out)
+    return 0

@@ -1,0 +1,185 @@
+"""Train the head drafters (``parallel`` Medusa heads, ``semi-ar``) by self-distillation.
+
+An example is a position p of a target continuation: input h_p (cached fp16 hidden state) and
+x[p+1]; the label for draft position i (predicting x[p+1+i]) is the target's own top-k
+distribution at that position, renormalised over the drafter's output vocabulary (soft
+knowledge distillation). The semi-AR net is teacher-forced with the real x[p+1..p+k]; its
+confidence head learns, by BCE, whether its argmax equals the target's (acceptance of
+position i given the earlier positions were accepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from specd.worker.drafters.nets import ParallelHeads, SemiARDrafter
+from specd.worker.training.data import Split
+from specd.worker.training.trainer import TrainSettings, fit
+
+
+@dataclass
+class HeadExamples:
+    """Index arrays over one split: example n is row ``rows[n]`` (position p)."""
+
+    rows: np.ndarray  # [N] global row of h_p
+    last: np.ndarray  # [N] x[p+1]
+    targets: np.ndarray  # [N, K] token x[p+1+i] (-1 when past the end)
+    teacher_rows: np.ndarray  # [N, K] row whose top-k predicts x[p+1+i] (-1 when absent)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def head_examples(split: Split, K: int) -> HeadExamples:
+    rows, last, targets, trows = [], [], [], []
+    for s in range(len(split)):
+        seq = np.asarray(split.sequence(s), dtype=np.int64)
+        P, L, r0 = int(split.prompt_len[s]), len(seq), int(split.row_off[s])
+        for p in range(P - 1, L - 2):  # need x[p+1] and at least x[p+2]
+            rows.append(r0 + p - (P - 1))
+            last.append(seq[p + 1])
+            t = np.full(K, -1, dtype=np.int64)
+            tr = np.full(K, -1, dtype=np.int64)
+            for i in range(1, K + 1):
+                if p + 1 + i <= L - 1:
+                    t[i - 1] = seq[p + 1 + i]
+                    tr[i - 1] = r0 + p + i - (P - 1)
+            targets.append(t)
+            trows.append(tr)
+    return HeadExamples(np.asarray(rows, dtype=np.int64), np.asarray(last, dtype=np.int64),
+                        np.stack(targets) if targets else np.zeros((0, K), np.int64),
+                        np.stack(trows) if trows else np.zeros((0, K), np.int64))
+
+
+def frequent_vocab(split: Split, n: int, always: list[int]) -> torch.Tensor:
+    """The ``n`` tokens most often produced or predicted by the target (plus ``always``)."""
+    counts = np.zeros(int(max(split.topk_ids.max(), split.seq_ids.max())) + 1, dtype=np.float64)
+    for s in range(len(split)):
+        seq = split.sequence(s)
+        np.add.at(counts, seq[int(split.prompt_len[s]):], 1.0)
+    probs = np.exp(split.topk_lp.astype(np.float32))
+    np.add.at(counts, split.topk_ids.reshape(-1), probs.reshape(-1))
+    order = np.argsort(-counts, kind="stable")
+    always = sorted(set(always))
+    top = [int(t) for t in order[:n + len(always)] if counts[t] > 0 and int(t) not in always]
+    chosen = top[:max(0, n - len(always))] + always
+    return torch.tensor(sorted(set(chosen)), dtype=torch.long)
+
+
+class Teacher:
+    """Turns example indices into tensors: hidden, tokens, soft targets over the sub-vocab."""
+
+    def __init__(self, split: Split, ex: HeadExamples, sub_index: torch.Tensor,
+                 device: str) -> None:
+        self.hidden = torch.from_numpy(np.ascontiguousarray(split.hidden))  # fp16, in memory
+        self.topk_ids = torch.from_numpy(split.topk_ids.astype(np.int64))
+        self.topk_p = torch.from_numpy(np.exp(split.topk_lp.astype(np.float32)))
+        self.ex, self.sub_index, self.device = ex, sub_index.cpu(), device
+
+    def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        ex = self.ex
+        rows = torch.from_numpy(ex.rows[idx])
+        trows = torch.from_numpy(ex.teacher_rows[idx])
+        valid = trows >= 0
+        safe = trows.clamp(min=0)
+        ids = self.sub_index[self.topk_ids[safe]]  # [B, K, k] sub indices or -1
+        p = self.topk_p[safe] * (ids >= 0) * valid[..., None]
+        mass = p.sum(-1, keepdim=True)
+        p = torch.where(mass > 0, p / mass.clamp(min=1e-9), p)
+        top1 = torch.where(valid, ids[..., 0], torch.full_like(ids[..., 0], -2))
+        targets = torch.from_numpy(ex.targets[idx])
+        prev = torch.cat([torch.from_numpy(ex.last[idx])[:, None], targets[:, :-1]], 1)
+        out = {"hidden": self.hidden[rows].float(), "prev": prev.clamp(min=0),
+               "t_ids": ids.clamp(min=0), "t_p": p, "valid": valid & (mass[..., 0] > 0),
+               "top1": top1}
+        return {k: v.to(self.device) for k, v in out.items()}
+
+
+def kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Soft cross-entropy per (example, position) [B, K] and the validity mask."""
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    ce = -(batch["t_p"] * logq.gather(-1, batch["t_ids"])).sum(-1)
+    return ce, batch["valid"]
+
+
+def head_logits(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if isinstance(net, SemiARDrafter):
+        return net(batch["hidden"], batch["prev"])
+    return net(batch["hidden"]), None
+
+
+def loss_fn(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    logits, conf = head_logits(net, batch)
+    ce, valid = kd_loss(logits, batch)
+    loss = (ce * valid).sum() / valid.sum().clamp(min=1)
+    accept = (logits.argmax(-1) == batch["top1"]).float()
+    stats = {"acc1": float((accept[:, 0] * valid[:, 0]).sum() / valid[:, 0].sum().clamp(min=1))}
+    if conf is not None:
+        bce = F.binary_cross_entropy_with_logits(conf.float(), accept, reduction="none")
+        loss = loss + (bce * valid).sum() / valid.sum().clamp(min=1)
+    return loss, stats
+
+
+@torch.no_grad()
+def evaluate_heads(net: Any, teacher: Teacher, K: int, batch_size: int = 512
+                   ) -> dict[str, Any]:
+    """Held-out KD loss, teacher-forced acceptance per position and expected tau(5)."""
+    n = len(teacher.ex)
+    losses, valids, accepts, confs = [], [], [], []
+    for start in range(0, n, batch_size):
+        batch = teacher.batch(np.arange(start, min(n, start + batch_size)))
+        logits, conf = head_logits(net, batch)
+        ce, valid = kd_loss(logits, batch)
+        losses.append((ce * valid).sum().item())
+        valids.append(valid.cpu())
+        accepts.append((logits.argmax(-1) == batch["top1"]).cpu())
+        confs.append(conf.float().cpu() if conf is not None else None)
+    valid = torch.cat(valids)
+    accept = torch.cat(accepts) & valid
+    # accepted run length under teacher forcing, capped at 5 (chain drafting, K=5)
+    run = torch.cumprod(accept.float(), dim=1).sum(1)
+    alive = torch.cumprod(torch.cat([torch.ones(len(accept), 1, dtype=torch.bool),
+                                     accept[:, :-1]], 1).float(), 1).bool() & valid
+    per_pos = [float(accept[alive[:, i], i].float().mean()) if alive[:, i].any() else 0.0
+               for i in range(K)]
+    return {"heldout_loss": sum(losses) / max(1, int(valid.sum())),
+            "heldout_acceptance": per_pos,
+            "heldout_tau5": float(run.clamp(max=5).mean() + 1)}
+
+
+def make_net(method: str, hidden_size: int, K: int, vocab_ids: torch.Tensor,
+             vocab_size: int) -> ParallelHeads | SemiARDrafter:
+    if method == "parallel":
+        return ParallelHeads(hidden_size, K, vocab_ids, vocab_size)
+    if method == "semi-ar":
+        return SemiARDrafter(hidden_size, K, vocab_ids, vocab_size)
+    raise ValueError(method)
+
+
+def train_heads(method: str, target: Any, train: Split, calib: Split, K: int,
+                vocab_ids: torch.Tensor, settings: TrainSettings, checkpoint: Path | None,
+                progress: bool = True, max_eval_examples: int = 6000
+                ) -> tuple[Any, list[dict[str, Any]]]:
+    """Train one head drafter; returns (net bound to target, history)."""
+    cfg = target.model.config
+    net = make_net(method, cfg.hidden_size, K, vocab_ids, cfg.vocab_size).bind(target)
+    net.float()  # train in fp32 master weights (autocast does bf16 matmuls)
+    net.sub_head = net.sub_head.float()
+    net.embed_weight = net.embed_weight.float()
+    device = str(net.sub_head.device)
+    sub_index = net.sub_index()
+    tr = Teacher(train, head_examples(train, K), sub_index, device)
+    ev_ex = head_examples(calib, K)
+    if len(ev_ex) > max_eval_examples:  # bounded eval cost: a fixed, spread-out subset
+        keep = np.linspace(0, len(ev_ex) - 1, max_eval_examples).astype(np.int64)
+        ev_ex = HeadExamples(ev_ex.rows[keep], ev_ex.last[keep], ev_ex.targets[keep],
+                             ev_ex.teacher_rows[keep])
+    ev = Teacher(calib, ev_ex, sub_index, device)
+    history = fit(net, len(tr.ex), tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+                  settings, checkpoint, progress, desc=method)
+    return net, history
