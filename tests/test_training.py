@@ -191,29 +191,3 @@ def test_calibration_lowers_ece_on_held_out_data():
     before = ece(1 / (1 + np.exp(-held_z)).ravel(), held_y.ravel())
     after = ece(apply_platt(held_z, a, b).ravel(), held_y.ravel())
     assert before > 0.15 and after < 0.03
-
-
-# ---------------------------------------------------------------- the committed artifacts
-
-ARTIFACTS = Path(__file__).resolve().parents[1] / "worker" / "artifacts" / "smollm2-135m"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["parallel", "semi-ar", "draft-model"])
-def test_committed_artifacts_load_and_beat_chance(method, target, chat_prompt_ids):
-    from specd.worker.drafters.artifacts import load_drafter
-    from specd.worker.reference import greedy_decode
-    from specd.worker.training.evaluate import run_lengths, tau_walk
-
-    assert (ARTIFACTS / method / "metadata.json").is_file(), "committed artifact missing"
-    net = load_drafter(method, target)
-    meta = net.metadata
-    assert meta["method"] == method and meta["command"].startswith("specd train")
-    prompt = chat_prompt_ids("Explain how a rainbow forms, in a few sentences.")
-    seq = greedy_decode(target.model, prompt, 40, target.tokenizer.eos_token_id)
-    rl = run_lengths(target, net, prompt, seq, 5)
-    first = float(rl["match"][:, 0].mean())
-    chance = 1.0 / meta["config"]["num_vocab"]
-    assert first > max(0.2, 50 * chance), f"{method}: first-position acceptance {first:.3f}"
-    committed, rounds = tau_walk(rl["A"], len(seq), 5)
-    assert committed / rounds > 1.2
