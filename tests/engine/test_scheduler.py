@@ -31,8 +31,9 @@ def brute_force(policy: Policy, confs, base: int, costs: CostTable) -> float:
 def test_cost_table_is_monotone_and_interpolates():
     t = CostTable.from_measurements([8, 1, 4, 16], [0.09, 0.05, 0.04, 0.2])
     assert t.tokens == (1, 4, 8, 16)
-    assert list(t.seconds) == sorted(t.seconds)  # the 0.04 dip was lifted to 0.05
-    assert t.cost(6) == pytest.approx(0.07)
+    assert list(t.seconds) == sorted(t.seconds)
+    assert t.seconds[:2] == (0.04, 0.04)  # the 0.05 at 1 token was noise above the 4-token time
+    assert t.cost(6) == pytest.approx(0.065)
     assert t.cost(32) == pytest.approx(0.2 + 16 * (0.2 - 0.09) / 8)  # last slope
     with pytest.raises(ValueError):
         CostTable.from_measurements([1, 1], [0.1, 0.2])

@@ -35,14 +35,16 @@ class CostTable:
 
     @staticmethod
     def from_measurements(tokens: Sequence[int], seconds: Sequence[float]) -> CostTable:
-        """Sort by token count and make monotone (running max): a bigger batch never costs less."""
+        """Sort by token count and make monotone: a bigger batch never costs less. Timing noise
+        only ever adds time (interference), so a point above a later one is the outlier: each
+        point is lowered to the minimum of itself and every later point (suffix minimum)."""
         if not tokens or len(tokens) != len(seconds):
             raise ValueError("need equally many (>= 1) token counts and timings")
         pairs = sorted(zip(tokens, seconds, strict=True))
         ts = [int(t) for t, _ in pairs]
         if ts[0] < 1 or len(set(ts)) != len(ts):
             raise ValueError("token counts must be distinct and >= 1")
-        secs = np.maximum.accumulate(np.array([s for _, s in pairs], dtype=float))
+        secs = np.minimum.accumulate(np.array([s for _, s in pairs], dtype=float)[::-1])[::-1]
         if secs[0] <= 0:
             raise ValueError("timings must be positive")
         return CostTable(tuple(ts), tuple(float(s) for s in secs))
