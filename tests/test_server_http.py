@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -434,6 +435,30 @@ def test_full_admission_gets_429_and_cancellation_frees_capacity(served):
     assert metric_value(text, "specd_kv_usage_ratio") == 0.0  # their cache is freed
     ok = httpx.post(url + COMP, json={"model": MODEL, "prompt": "x", "max_tokens": 2})
     assert ok.status_code == 200  # capacity is back
+
+
+def test_non_streamed_request_is_cancelled_when_the_client_leaves(served):
+    url = served.url("small")
+    before = metric_value(scrape(served, "small"), "specd_requests_total", outcome="cancelled")
+    body = json.dumps({"model": MODEL, "prompt": OpenStream.PROMPT, "max_tokens": 400,
+                       "temperature": 0}).encode()
+    sock = socket.create_connection(("127.0.0.1", served.background.ports["small"]))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.time() + 60
+    while metric_value(scrape(served, "small"), "specd_running_batch_size") < 1:
+        assert time.time() < deadline, "the request never started"
+        time.sleep(0.05)
+    sock.close()  # gone before the answer
+    while True:
+        text = scrape(served, "small")
+        if (metric_value(text, "specd_requests_total", outcome="cancelled") == before + 1
+                and metric_value(text, "specd_running_batch_size") == 0):
+            break
+        assert time.time() < deadline, "the abandoned request kept running"
+        time.sleep(0.05)
+    assert httpx.post(url + COMP, json={"model": MODEL, "prompt": "x", "max_tokens": 2}
+                      ).status_code == 200
 
 
 def test_task_group_labels_latency(served, client):

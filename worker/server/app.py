@@ -404,8 +404,12 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
     @app.get("/readyz", responses={503: {"description": "not ready or draining"}})
     async def readyz() -> JSONResponse:
         ready = bool(engine.ready) and not server.admission.draining
-        body = {"ready": ready, "engine_ready": bool(engine.ready),
-                "draining": server.admission.draining}
+        body: dict[str, Any] = {"ready": ready, "engine_ready": bool(engine.ready),
+                                "draining": server.admission.draining}
+        with contextlib.suppress(Exception):  # details are best-effort
+            stats = engine.stats()
+            body |= {"drafter": stats.drafter, "policy_mode": stats.policy_mode,
+                     "policy_version": stats.policy_version}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics", response_class=PlainTextResponse)

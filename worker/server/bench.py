@@ -35,6 +35,12 @@ class Measure:
     tokens: int
     seconds: float
     ttft_s: float  # mean time to first token
+    rounds: int = 0
+    accepted: int = 0
+
+    @property
+    def tau(self) -> float:
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
     def rps(self) -> float:
@@ -47,14 +53,14 @@ class Measure:
 
 async def _http_run(url: str, bodies: list[dict[str, Any]], concurrency: int) -> Measure:
     sem = asyncio.Semaphore(concurrency)
-    tokens = 0
+    tokens = rounds = accepted = 0
     ttfts: list[float] = []
     limits = httpx.Limits(max_connections=concurrency + 4)
 
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
 
         async def one(body: dict[str, Any]) -> None:
-            nonlocal tokens
+            nonlocal tokens, rounds, accepted
             async with sem:
                 start = time.perf_counter()
                 first = None
@@ -69,6 +75,8 @@ async def _http_run(url: str, bodies: list[dict[str, Any]], concurrency: int) ->
                             first = time.perf_counter() - start
                         if chunk.get("usage"):
                             tokens += chunk["usage"]["completion_tokens"]
+                            rounds += chunk["usage"]["speculative"]["rounds"]
+                            accepted += chunk["usage"]["speculative"]["accepted"]
                 ttfts.append(first if first is not None else time.perf_counter() - start)
 
         # warm the client (imports, connection pool) outside the timed window
@@ -79,7 +87,7 @@ async def _http_run(url: str, bodies: list[dict[str, Any]], concurrency: int) ->
         start = time.perf_counter()
         await asyncio.gather(*(one(b) for b in bodies))
         elapsed = time.perf_counter() - start
-    return Measure(len(bodies), tokens, elapsed, sum(ttfts) / len(ttfts))
+    return Measure(len(bodies), tokens, elapsed, sum(ttfts) / len(ttfts), rounds, accepted)
 
 
 async def _inproc_run(engine: Any, prompts: list[list[int]], max_tokens: int,
@@ -87,11 +95,11 @@ async def _inproc_run(engine: Any, prompts: list[list[int]], max_tokens: int,
     from specd.worker.engine import GenerationRequest, SamplingParams
 
     sem = asyncio.Semaphore(concurrency)
-    tokens = 0
+    tokens = rounds = accepted = 0
     ttfts: list[float] = []
 
     async def one(ids: list[int]) -> None:
-        nonlocal tokens
+        nonlocal tokens, rounds, accepted
         async with sem:
             start = time.perf_counter()
             first = None
@@ -102,12 +110,19 @@ async def _inproc_run(engine: Any, prompts: list[list[int]], max_tokens: int,
                     first = time.perf_counter() - start
                 if event.finished:
                     tokens += event.completion_tokens
+                    rounds += event.spec.rounds
+                    accepted += event.spec.accepted
             ttfts.append(first if first is not None else time.perf_counter() - start)
 
     start = time.perf_counter()
     await asyncio.gather(*(one(ids) for ids in prompts))
     elapsed = time.perf_counter() - start
-    return Measure(len(prompts), tokens, elapsed, sum(ttfts) / len(ttfts))
+    return Measure(len(prompts), tokens, elapsed, sum(ttfts) / len(ttfts), rounds, accepted)
+
+
+def _median(measures: list[Measure]) -> Measure:
+    ordered = sorted(measures, key=lambda m: m.seconds)
+    return ordered[len(ordered) // 2]
 
 
 def _http_in_child(url: str, bodies: list[dict[str, Any]], concurrency: int) -> Measure:
@@ -132,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=0,
                         help="requests per measurement (default: max(8, 2 x concurrency))")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternate HTTP and in-process runs this many times; medians kept")
     parser.add_argument("--k", type=int, default=5, help="draft length K of the groups")
     parser.add_argument("--drafter-path", default=None,
                         help="artifact for the trained drafters (default: the committed one)")
@@ -184,10 +201,15 @@ def main(argv: list[str] | None = None) -> int:
                 engine = engines[g.name]
                 ids = [p.token_ids for p in chosen]
                 servers.call(partial(_inproc_run, engine, ids[:c], 4, c))
-                http = _http_in_child(servers.url(g.name), bodies, c)
-                inproc = servers.call(partial(_inproc_run, engine, ids, args.max_tokens, c))
+                https, inprocs = [], []
+                for _ in range(max(1, args.repeats)):  # alternate: load drifts hit both alike
+                    https.append(_http_in_child(servers.url(g.name), bodies, c))
+                    inprocs.append(servers.call(partial(_inproc_run, engine, ids,
+                                                        args.max_tokens, c)))
+                http, inproc = _median(https), _median(inprocs)
                 results[g.name][str(c)] = {"http": asdict(http) | {"rps": http.rps,
-                                                                  "tps": http.tps},
+                                                                  "tps": http.tps,
+                                                                  "tau": http.tau},
                                            "inproc": asdict(inproc) | {"rps": inproc.rps,
                                                                       "tps": inproc.tps},
                                            "overhead": 1.0 - http.tps / inproc.tps}
@@ -200,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     base = groups[0].name
     print(f"\nserver benchmark: {MODEL}, greedy chat, max_tokens={args.max_tokens}, "
           f"device={loaded.device}")
-    header = f"{'group':<20}{'conc':>5}{'req/s':>9}{'tok/s':>9}{'ttft s':>8}{'x ' + base:>10}" \
-             f"{'inproc tok/s':>14}{'overhead':>10}"
+    header = f"{'group':<20}{'conc':>5}{'req/s':>9}{'tok/s':>9}{'ttft s':>8}{'tau':>6}" \
+             f"{'x ' + base:>10}{'inproc tok/s':>14}{'overhead':>10}"
     print(header)
     print("-" * len(header))
     for c in concurrencies:
@@ -209,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             r = results[g.name][str(c)]
             ratio = r["http"]["tps"] / results[base][str(c)]["http"]["tps"]
             print(f"{g.name:<20}{c:>5}{r['http']['rps']:>9.2f}{r['http']['tps']:>9.1f}"
-                  f"{r['http']['ttft_s']:>8.2f}{ratio:>10.2f}{r['inproc']['tps']:>14.1f}"
+                  f"{r['http']['ttft_s']:>8.2f}{r['http']['tau']:>6.2f}{ratio:>10.2f}{r['inproc']['tps']:>14.1f}"
                   f"{100 * r['overhead']:>9.1f}%")
     if args.json:
         with open(args.json, "w") as fh:
