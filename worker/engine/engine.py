@@ -137,6 +137,22 @@ class Engine:
     def stats(self) -> EngineStats:
         return self.core.stats(self.ready)
 
+    @property
+    def phase_seconds(self) -> dict[str, float]:
+        """Cumulative round time by phase (draft, schedule, verify, commit), for benchmarks."""
+        return dict(self.core.phase_seconds)
+
+    @property
+    def costs(self) -> Any:
+        """The step-cost table the scheduler uses (``scheduler.CostTable``)."""
+        return self.core.costs
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Target weights, target KV cache, drafter (own weights and caches)."""
+        target = sum(p.nbytes for p in self.loaded.model.parameters())
+        return {"target": target, "kv_cache": self.core.cache.nbytes,
+                "drafter": self.drafter.nbytes()}
+
     def generate(self, requests: list[GenerationRequest]) -> list[RequestOutput]:
         """Run the given requests to completion on the calling thread (tests, benchmarks)."""
         if self._thread is not None:
