@@ -86,15 +86,11 @@ class LlamaRunner:
                 qkv_b = torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
             else:
                 qkv_b = None
-            self.layers.append((
-                layer.input_layernorm.weight,
-                torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),  # fused
-                qkv_b,
-                att.o_proj.weight,
-                layer.post_attention_layernorm.weight,
-                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),  # fused gate|up
-                mlp.down_proj.weight,
-            ))
+            w_qkv = _fuse([att.q_proj, att.k_proj, att.v_proj])
+            w_gu = _fuse([mlp.gate_proj, mlp.up_proj])
+            self.layers.append((layer.input_layernorm.weight, w_qkv, qkv_b, att.o_proj.weight,
+                                layer.post_attention_layernorm.weight, w_gu,
+                                mlp.down_proj.weight))
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
         self.ffn = cfg.intermediate_size
@@ -197,6 +193,24 @@ class LlamaRunner:
         for i in long:
             groups.append(_Group.build([rows[i].slot], [starts[i]], [counts[i]], [offsets[i]], dev))
         return groups
+
+
+@torch.no_grad()
+def _fuse(linears: list[Any]) -> torch.Tensor:
+    """Concatenate the weights of linears sharing an input into one matrix (one matmul instead
+    of several), then point each module's weight at its slice of it, so the model keeps
+    working and the weights are not held twice."""
+    weights = [lin.weight for lin in linears]
+    done = getattr(linears[0], "_specd_fused", None)
+    if done is not None and weights[0].data_ptr() == done.data_ptr():
+        return done  # an earlier runner over the same model fused these already
+    fused = torch.cat(weights)
+    row = 0
+    for lin, w in zip(linears, weights, strict=True):
+        lin.weight.data = fused[row: row + w.shape[0]]
+        row += w.shape[0]
+    linears[0]._specd_fused = fused
+    return fused
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
