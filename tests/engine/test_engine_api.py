@@ -93,3 +93,23 @@ def test_seeded_sampling_is_reproducible(make_engine, chat_prompt_ids):
     a = engine.generate([GenerationRequest(ids, params)])[0]
     b = engine.generate([GenerationRequest(ids, params)])[0]
     assert a.token_ids == b.token_ids and len(a.token_ids) == 10
+
+
+async def test_failed_round_fails_requests_and_engine_keeps_serving(make_engine, chat_prompt_ids):
+    engine = make_engine("ngram", Policy(mode="scheduled"))
+
+    def broken(*args):
+        raise RuntimeError("injected verifier failure")
+
+    engine.core.verify_sampling = broken  # only sampled requests reach it
+    await engine.start()
+    try:
+        ids = chat_prompt_ids("Hello!")
+        events = [e async for e in engine.submit(
+            GenerationRequest(ids, SamplingParams(max_tokens=5, temperature=1.0)))]
+        assert events[-1].finish_reason == "error" and "injected" in events[-1].error
+        events = [e async for e in engine.submit(GenerationRequest(ids, SamplingParams(max_tokens=5)))]
+        assert events[-1].finish_reason == "length"
+        assert engine.stats().kv_used_tokens == 0
+    finally:
+        await engine.stop()

@@ -166,7 +166,8 @@ class EngineCore:
         t1 = time.perf_counter()
 
         # prefill allowance: a whole prompt when nothing decodes, else one chunk per round
-        budget = policy.max_batch_tokens if not decode else self.config.prefill_chunk
+        budget = (policy.max_batch_tokens if not decode else
+                  min(self.config.prefill_chunk, max(policy.max_batch_tokens - len(decode), 1)))
         chunks: list[tuple[_Seq, int]] = []
         for s in prefill:
             n = min(len(s.prompt) - s.prefilled, budget)
@@ -398,6 +399,13 @@ class EngineCore:
             if s.id == request_id:
                 self._finish(s, "cancelled", [], "")
                 return
+
+    def fail_all(self, error: str) -> None:
+        """A round raised: finish every request with an error instead of hanging them."""
+        for s in list(self.running) + list(self.waiting):
+            if s in self.waiting:
+                self.waiting.remove(s)
+            self._finish(s, "error", [], "", error=error)
 
     def cancel_all(self) -> None:
         self._apply_inbox()

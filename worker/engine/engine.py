@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +18,8 @@ from specd.worker.engine.api import (
     RequestOutput,
     StreamEvent,
 )
+
+log = logging.getLogger("specd.worker.engine")
 
 
 class Engine:
@@ -85,7 +88,13 @@ class Engine:
 
     def _loop(self) -> None:
         while not self._stopping:
-            if not self.core.step():
+            try:
+                worked = self.core.step()
+            except Exception as exc:  # keep serving: fail the affected requests, log, go on
+                log.exception("engine round failed")
+                self.core.fail_all(f"{type(exc).__name__}: {exc}")
+                continue
+            if not worked:
                 if self._draining:
                     break
                 self._wake.wait(0.05)
