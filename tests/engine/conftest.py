@@ -32,11 +32,11 @@ def drafter_path(name: str, target) -> str:
 def make_engine(target, runner):
     from specd.worker.engine.engine import Engine
 
-    def make(drafter: str, policy=None, registry=None, max_slots: int = 4, **kw):
+    def make(drafter: str, policy=None, registry=None, max_slots: int = 4, costs=None, **kw):
         cfg = EngineConfig(drafter=drafter, drafter_path=drafter_path(drafter, target),
                            max_slots=max_slots, max_context=kw.pop("max_context", 512),
                            cost_profile="none", **kw)
-        return Engine(target, cfg, policy, registry=registry, runner=runner)
+        return Engine(target, cfg, policy, registry=registry, runner=runner, costs=costs)
 
     return make
 

@@ -113,3 +113,21 @@ async def test_failed_round_fails_requests_and_engine_keeps_serving(make_engine,
         assert engine.stats().kv_used_tokens == 0
     finally:
         await engine.stop()
+
+
+def test_scheduled_mode_stops_drafting_when_verification_cannot_pay(make_engine, chat_prompt_ids):
+    from specd.worker.engine.scheduler import CostTable
+
+    ids = chat_prompt_ids("Repeat exactly, five times, the line: the cat sat on the mat.")
+    params = SamplingParams(max_tokens=40)
+    policy = Policy(mode="scheduled", k_max=4, survival_floor=0.0)
+    cheap = make_engine("ngram", policy, costs=CostTable.from_measurements([1, 64], [1.0, 1.01]))
+    steep = make_engine("ngram", policy, costs=CostTable.from_measurements([1, 2], [1.0, 50.0]))
+    a = cheap.generate([GenerationRequest(ids, params)])[0]
+    b = steep.generate([GenerationRequest(ids, params)])[0]
+    assert a.token_ids == b.token_ids
+    assert a.spec.accepted > 0 and a.spec.rounds < len(a.token_ids) - 1
+    # steep: the first round drafts (nothing known yet), then only the periodic probes do
+    assert b.spec.verified == 0
+    drafting_rounds_max = 1 + b.spec.rounds // steep.core.PROBE_EVERY
+    assert b.spec.drafted <= 4 * drafting_rounds_max

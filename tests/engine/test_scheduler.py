@@ -131,3 +131,17 @@ def test_scheduling_overhead_is_small():
     print(f"\nscheduling overhead: {per_round * 1e3:.3f} ms per round (32 requests, K=8); "
           f"{100 * per_round / sched.cost:.2f}% of the predicted forward time")
     assert sum(sched.lengths) > 0
+
+
+def test_worth_drafting_skips_the_drafter_when_plain_wins():
+    from specd.worker.engine.scheduler import worth_drafting
+
+    policy = Policy(mode="scheduled", k_max=5, survival_floor=0.0)
+    conf = [0.8, 0.7, 0.6, 0.5, 0.4]
+    cpu = CostTable.from_measurements([1, 6, 8, 128, 256], [0.055, 0.085, 0.082, 0.38, 0.9])
+    assert worth_drafting(policy, 1, conf, 1, cpu, draft_seconds=0.01)
+    assert not worth_drafting(policy, 1, conf, 1, cpu, draft_seconds=0.2)  # drafter too slow
+    assert not worth_drafting(policy, 1, [0.05] * 5, 1, cpu, draft_seconds=0.01)  # no survival
+    steep = CostTable.from_measurements([1, 32, 33, 256], [0.1, 0.12, 0.5, 4.0])
+    assert not worth_drafting(policy, 32, conf, 32, steep, draft_seconds=0.02)  # busy batch
+    assert not worth_drafting(policy, 0, conf, 0, cpu, draft_seconds=0.0)

@@ -37,7 +37,7 @@ from specd.worker.engine.api import (
 )
 from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.metrics import EngineMetrics
-from specd.worker.engine.scheduler import CostTable, schedule
+from specd.worker.engine.scheduler import CostTable, schedule, worth_drafting
 
 Sink = Callable[[StreamEvent], None]
 
@@ -95,6 +95,9 @@ class EngineCore:
         self.rounds = 0
         self.phase_seconds = {p: 0.0 for p in mnames.PHASES}
         self.verify_sampling = verifier.verify_sampling  # swappable: tests inject a wrong rule
+        self._conf_mean: list[float] = []  # running mean raw confidence per draft position
+        self._draft_seconds: dict[int, float] = {}  # running mean draft time per batch bucket
+        self._skipped = 0
         self._set_policy_labels()
 
     # -- inbox (any thread) ----------------------------------------------------------------
@@ -142,29 +145,6 @@ class EngineCore:
         decode = [s for s in self.running if s.decoding]
         prefill = [s for s in self.running if not s.decoding]
 
-        # draft
-        speculate = policy.mode != "plain" and self.drafter.name != "none"
-        want_k = policy.k_max if policy.mode == "scheduled" else policy.fixed_length
-        drafts: list[list[int]] = [[] for _ in decode]
-        confs: list[list[float]] = [[] for _ in decode]
-        qs: list[torch.Tensor | None] = [None] * len(decode)
-        if speculate and decode:
-            rows, idx = [], []
-            for i, s in enumerate(decode):
-                k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
-                if k > 0:
-                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature, s.generator))
-                    idx.append(i)
-            if rows:
-                hidden = (torch.stack([decode[i].hidden for i in idx])
-                          if self.drafter.needs_hidden else None)
-                prop = self.drafter.propose(rows, hidden, self.generator)
-                for j, i in enumerate(idx):
-                    drafts[i] = prop.tokens[j]
-                    confs[i] = prop.confidence[j]
-                    qs[i] = prop.q[j] if prop.q else None
-        t1 = time.perf_counter()
-
         # prefill allowance: a whole prompt when nothing decodes, else one chunk per round
         budget = (policy.max_batch_tokens if not decode else
                   min(self.config.prefill_chunk, max(policy.max_batch_tokens - len(decode), 1)))
@@ -176,6 +156,34 @@ class EngineCore:
             chunks.append((s, n))
             budget -= n
         base_tokens = len(decode) + sum(n for _, n in chunks)
+
+        # draft (scheduled mode skips the drafter when a plain round is predicted to win)
+        speculate = policy.mode != "plain" and self.drafter.name != "none" and bool(decode)
+        if speculate and policy.mode == "scheduled":
+            speculate = self._draft_pays(policy, len(decode), base_tokens)
+        want_k = policy.k_max if policy.mode == "scheduled" else policy.fixed_length
+        drafts: list[list[int]] = [[] for _ in decode]
+        confs: list[list[float]] = [[] for _ in decode]
+        qs: list[torch.Tensor | None] = [None] * len(decode)
+        if speculate:
+            rows, idx = [], []
+            for i, s in enumerate(decode):
+                k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
+                if k > 0:
+                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature, s.generator))
+                    idx.append(i)
+            if rows:
+                td = time.perf_counter()
+                hidden = (torch.stack([decode[i].hidden for i in idx])
+                          if self.drafter.needs_hidden else None)
+                prop = self.drafter.propose(rows, hidden, self.generator)
+                for j, i in enumerate(idx):
+                    drafts[i] = prop.tokens[j]
+                    confs[i] = prop.confidence[j]
+                    qs[i] = prop.q[j] if prop.q else None
+                self._learn_drafter(len(decode), [confs[i] for i in idx],
+                                    time.perf_counter() - td)
+        t1 = time.perf_counter()
 
         # schedule
         sched = schedule(policy, confs, base_tokens, self.costs)
@@ -235,6 +243,39 @@ class EngineCore:
         self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, acc_by_pos,
                             sum(1 for x in lengths if x > 0))
         return True
+
+    # -- when to draft (scheduled mode) ------------------------------------------------------
+    PROBE_EVERY = 16  # draft at least every this many rounds, to keep the estimates fresh
+    EMA = 0.1
+
+    @staticmethod
+    def _bucket(n: int) -> int:
+        return 1 << max(n - 1, 0).bit_length()  # batch sizes 1, 2, 4, 8, ...
+
+    def _draft_pays(self, policy: Policy, n: int, base_tokens: int) -> bool:
+        draft_s = self._draft_seconds.get(self._bucket(n))
+        if not self._conf_mean or draft_s is None or self._skipped >= self.PROBE_EVERY:
+            self._skipped = 0
+            return True
+        if worth_drafting(policy, n, self._conf_mean, base_tokens, self.costs, draft_s):
+            self._skipped = 0
+            return True
+        self._skipped += 1
+        return False
+
+    def _learn_drafter(self, n: int, confs: list[list[float]], seconds: float) -> None:
+        """Running means of the drafter's confidence per position and of its time per round."""
+        b = self._bucket(n)
+        old = self._draft_seconds.get(b)
+        self._draft_seconds[b] = seconds if old is None else old + self.EMA * (seconds - old)
+        k = max((len(c) for c in confs), default=0)
+        for i in range(k):
+            vals = [c[i] for c in confs if len(c) > i]
+            mean = sum(vals) / len(vals)
+            if i < len(self._conf_mean):
+                self._conf_mean[i] += self.EMA * (mean - self._conf_mean[i])
+            else:
+                self._conf_mean.append(mean)
 
     # -- verification ------------------------------------------------------------------------
     def _verify(self, entries: list, logits: torch.Tensor | None) -> list[tuple[int, int]]:

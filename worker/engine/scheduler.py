@@ -159,3 +159,22 @@ def _scheduled(policy: Policy, confidences: Sequence[Sequence[float]], base_toke
     for j in order[:best]:
         lengths[cand_r[j]] += 1
     return Schedule(lengths, float(n + forced_surv + gains[best]), float(costs.cost(base + best)))
+
+
+def worth_drafting(policy: Policy, n: int, mean_conf: Sequence[float], base_tokens: int,
+                   costs: CostTable, draft_seconds: float) -> bool:
+    """Scheduled mode, before drafting: would a speculative round beat a plain round?
+
+    Uses the drafter's running mean confidence per position for every request and the
+    measured drafting time: expected tokens per second of (verify + draft) time against
+    n / cost(T) for a plain round. When the batch is so busy that the scheduler would verify
+    (almost) nothing, skipping the drafter keeps scheduled verification from losing to plain.
+    """
+    if n == 0 or not mean_conf:
+        return False
+    sched = schedule(policy, [list(mean_conf)] * n, base_tokens, costs)
+    if sum(sched.lengths) == 0:
+        return False
+    speculative = sched.expected_tokens / (sched.cost + draft_seconds)
+    plain = n / float(costs.cost(base_tokens))
+    return speculative > plain
