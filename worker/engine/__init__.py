@@ -1,5 +1,20 @@
 """The specd engine: draft -> schedule -> verify -> commit over a continuously batched set of
-requests. ``api`` holds the in-process types; ``engine.Engine`` is the facade."""
+requests.
+
+Modules (one job each):
+- ``api``        in-process types (SamplingParams, GenerationRequest, StreamEvent, ...); no torch
+- ``engine``     the facade: async submit/stream, cancel, set_policy, stats, start/stop, generate
+- ``core``       one round over the running batch (admission, chunked prefill, commit, stops)
+- ``llama``      batched ragged Llama forward over the HF weights, final-norm hidden states
+- ``kv_cache``   slot-based preallocated KV cache; rollback = lowering a slot's length
+- ``scheduler``  pure: survival, B* = argmax (N + sum top-B S) / cost(T + B), bounds, modes
+- ``verifier``   pure: greedy prefix match, speculative sampling, target distribution processing
+- ``cost``       start-up step-cost profiling (target forward time vs batched tokens)
+- ``metrics``    prometheus_client metrics named per ``specd.api.metrics``
+- ``quick_bench`` plain vs speculative tokens/s side by side (smoke benchmark)
+Drafters (runtime proposers) live in ``specd.worker.drafters``: ``base`` (interface),
+``ngram``, ``heads`` (parallel, semi-ar), ``draft_model``, ``registry``.
+"""
 
 from specd.worker.engine.api import (
     DRAFTERS,
