@@ -58,7 +58,7 @@ class KVCache:
     # -- accounting ----------------------------------------------------------------------
     @property
     def used_tokens(self) -> int:
-        return sum(self.lengths[s] for s in self._used)
+        return sum(self.lengths[s] for s in tuple(self._used))  # stats() reads from other threads
 
     @property
     def capacity_tokens(self) -> int:
