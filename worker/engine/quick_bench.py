@@ -47,10 +47,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--drafter-path", default=None, help="'untrained' to skip artifacts")
     ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--device", default="auto", help="auto (CUDA bf16 when present), cpu, cuda")
+    ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model("smollm2-135m")
+    loaded = load_model("smollm2-135m", args.device, args.dtype)
     runner = LlamaRunner(loaded.model)
     prompts = []
     for i in range(args.prompts):
