@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="prompts decoded together")
     g.add_argument("--data-dtype", default=d.dtype, help="target dtype while generating data")
     g.add_argument("--data-shard", default=None, metavar="I/N",
-                   help="only fill batches b %% N == I of the chunk cache (parallel helpers)")
+                   help="only fill batches b %% N == I of the chunk cache, or 'claim' the next "
+                        "free one (parallel workers)")
     t = parser.add_argument_group("training")
     t.add_argument("--K", type=int, default=7, help="draft positions the heads learn")
     t.add_argument("--epochs", type=float, default=None, help="epochs (method default if unset)")
@@ -62,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--eval-tokens", type=int, default=96, help="tokens generated per prompt")
     e.add_argument("--json", default=None, help="write the evaluation JSON here")
     e.add_argument("--plot", default=None, help="PNG plot path (default: next to --json)")
+    e.add_argument("--record", action="store_true",
+                   help="also store the figures in each evaluated artifact's metadata.json")
 
 
 def run(args: argparse.Namespace) -> int:

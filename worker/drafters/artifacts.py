@@ -125,6 +125,7 @@ def load_drafter(name_or_path: str | os.PathLike[str], target: LoadedModel,
     ``net.metadata`` and its method on ``net.method``.
     """
     from safetensors.torch import load_file
+
     from specd.worker.drafters.nets import build_net
 
     path = resolve_artifact(name_or_path, target)

@@ -302,15 +302,20 @@ class SemiARDrafter(_BoundHead):
         Returns (sub-vocabulary logits [B, k, Vs], raw confidence logits [B, k]).
         """
         self._check_bound()
+        k = prev_tokens.shape[1]
         z, g = self._backbone(hidden, prev_tokens[:, 0])
-        logits, confs = [], []
-        for i in range(prev_tokens.shape[1]):
-            g = self.gru(self.tok_norm(self.embed(prev_tokens[:, i])), g)
-            state = self._position(z, g, i)
-            sub = self.project(state)
-            logits.append(sub)
-            confs.append(self._confidence_logit(state, sub, i))
-        return torch.stack(logits, 1), torch.stack(confs, 1)
+        emb = self.tok_norm(self.embed(prev_tokens))
+        gs = []
+        for i in range(k):  # only the GRU is sequential; the rest runs for all positions
+            g = self.gru(emb[:, i], g)
+            gs.append(g)
+        states = self.block2(self.block(z[:, None] + self.pos[:k] + self.up(torch.stack(gs, 1))))
+        logits = self.project(states)
+        onehot = torch.eye(self.num_positions, dtype=states.dtype, device=states.device)[:k]
+        feats = torch.cat([self.conf_proj(states.detach()),
+                           distribution_stats(logits.detach()).to(states.dtype),
+                           onehot[None].expand(states.shape[0], -1, -1)], -1)
+        return logits, self.conf_mlp(feats).squeeze(-1)
 
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor, k: int,

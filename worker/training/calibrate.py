@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from specd.worker.drafters.nets import DraftLM, _max_prob_logit
 from specd.worker.training.data import Split
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from specd.worker.training.prompts import Prompt, build_prompts, split_prompts
 
 SPLITS = ("train", "calib", "test")
@@ -166,17 +167,28 @@ def _is_sampled(settings: DataSettings, prompt: Prompt) -> bool:
     return digest[0] / 256.0 < settings.sampled_fraction
 
 
+def _claim(path: Path) -> bool:
+    """Atomically claim a batch for this worker (``shard=(0, 0)``: work-sharing mode)."""
+    try:
+        os.close(os.open(path.with_suffix(".claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 def generate_data(target: Any, settings: DataSettings, fingerprint: str,
                   progress: bool = True, shard: tuple[int, int] | None = None) -> Path:
     """Generate (or reuse) the data set; return its folder. Resumable batch by batch.
 
     Batches are cached under a key that leaves out the split sizes, so a run with a larger
     ``n_train`` reuses every batch of a smaller one (train prompts are a stable prefix).
-    ``shard=(i, n)`` only generates batches b with b % n == i (parallel helpers filling the
-    chunk cache); a run without ``shard`` fills the gaps and assembles the data set.
+    ``shard=(i, n)`` only generates batches b with b % n == i, ``shard=(0, 0)`` claims the
+    next free batch (parallel workers filling the chunk cache); a run without ``shard``
+    fills the gaps and assembles the data set.
     """
-    from specd.worker.model import resolve_dtype
     from tqdm import tqdm
+
+    from specd.worker.model import resolve_dtype
 
     tok = target.tokenizer
     all_prompts = _select_prompts(tok, settings)
@@ -209,12 +221,14 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
         bar = tqdm(batches, desc=f"data {split}", unit="batch", disable=not progress)
         for b, batch in enumerate(bar):
             path = chunks / f"{split}_{b:05d}_{len(batch)}.pt"
-            if shard is not None and b % shard[1] != shard[0]:
+            if shard is not None and shard[1] > 0 and b % shard[1] != shard[0]:
                 continue
             if path.is_file():
                 if shard is None:
                     items += torch.load(path, weights_only=False)
                 continue
+            if shard is not None and shard[1] == 0 and not _claim(path):
+                continue  # another worker has it
             sampled = [split == "train" and _is_sampled(settings, p) for p in batch]
             temps = [settings.sample_temperature if s_ else 0.0 for s_ in sampled]
             gen = torch.Generator().manual_seed(settings.seed * 100003 + b)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from specd.worker.drafters.nets import DraftLM, crop_cache
 from specd.worker.training.calibrate import ece, reliability_table
 

@@ -17,9 +17,9 @@ from specd import SpecdError
 log = logging.getLogger("specd.train")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "parallel": {"epochs": 8.0, "batch_size": 128, "lr": 2e-3, "num_vocab": 4096},
-    "semi-ar": {"epochs": 8.0, "batch_size": 128, "lr": 2e-3, "num_vocab": 4096},
-    "draft-model": {"epochs": 3.0, "batch_size": 8, "lr": 3e-4, "num_vocab": 4096},
+    "parallel": {"epochs": 3.0, "batch_size": 256, "lr": 3e-3, "num_vocab": 3072},
+    "semi-ar": {"epochs": 3.0, "batch_size": 256, "lr": 3e-3, "num_vocab": 3072},
+    "draft-model": {"epochs": 2.0, "batch_size": 8, "lr": 5e-4, "num_vocab": 3072},
 }
 
 
@@ -41,6 +41,7 @@ def _out_dir(args: argparse.Namespace, target: Any) -> Path:
 def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint: str,
                  data_dir: Path, command: str) -> Path:
     import torch
+
     from specd.worker.drafters.artifacts import save_drafter
     from specd.worker.training.calibrate import calibrate
     from specd.worker.training.data import load_meta, load_split
@@ -109,11 +110,12 @@ def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str,
     if not names:
         raise SpecdError("--methods names no drafter")
     base = _out_dir(args, target)
-    drafters = {}
+    drafters, paths = {}, {}
     for name in names:
-        where = base / name if (base / name).is_dir() else name
+        where = base / name if (base / name).is_dir() else Path(name)
         net = load_drafter(where, target)
-        drafters[net.method if net.method not in drafters else name] = net
+        key = net.method if net.method not in drafters else name
+        drafters[key], paths[key] = net, where
     test = load_split(data_dir, "test")
     n = len(test) if args.eval_prompts is None else min(len(test), args.eval_prompts)
     prompts = [list(map(int, test.sequence(i)[:int(test.prompt_len[i])])) for i in range(n)]
@@ -127,7 +129,20 @@ def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str,
         log.info("wrote %s and %s", args.json, plot_path)
     else:
         print(json.dumps(result, indent=2))
+    if getattr(args, "record", False):
+        from specd.worker.drafters.artifacts import update_metadata
+
+        for key, figures in result.items():
+            update_metadata(paths[key], {"eval": {k: v for k, v in figures.items()
+                                                  if k != "reliability_after"},
+                                         "eval_command": command_line_text()})
     return result
+
+
+def command_line_text() -> str:
+    from specd.worker.training.pipeline import command_line
+
+    return command_line()
 
 
 def run_training_action(args: argparse.Namespace, target: Any, fingerprint: str,
@@ -143,13 +158,10 @@ def run_training_action(args: argparse.Namespace, target: Any, fingerprint: str,
     methods = ["parallel", "semi-ar", "draft-model"] if args.action == "all" else [args.action]
     outs = [train_method(m, args, target, fingerprint, data_dir, command) for m in methods]
     if args.action == "all":
-        from specd.worker.drafters.artifacts import update_metadata
-
         args.methods = ",".join(str(o) for o in outs)
+        args.record = True
         result = run_eval(args, target, data_dir)
-        for out, (name, figures) in zip(outs, result.items(), strict=True):
-            update_metadata(out, {"eval": {k: v for k, v in figures.items()
-                                           if k != "reliability_after"}})
+        for name, figures in result.items():
             log.info("%s: tau %s", name, figures["tau"])
     for out in outs:
         print(out)

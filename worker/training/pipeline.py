@@ -30,6 +30,7 @@ def command_line() -> str:
 
 def run_action(args: argparse.Namespace) -> int:
     import torch
+
     from specd.worker.model import load_model, model_fingerprint
     from specd.worker.training.data import generate_data
 
@@ -44,10 +45,13 @@ def run_action(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     shard = None
     if getattr(args, "data_shard", None):
-        i, n = (int(x) for x in args.data_shard.split("/"))
-        if not 0 <= i < n:
-            raise SpecdError("--data-shard must be I/N with 0 <= I < N")
-        shard = (i, n)
+        if args.data_shard == "claim":
+            shard = (0, 0)
+        else:
+            i, n = (int(x) for x in args.data_shard.split("/"))
+            if not 0 <= i < n:
+                raise SpecdError("--data-shard must be I/N with 0 <= I < N, or claim")
+            shard = (i, n)
     data_dir = generate_data(target, data_settings(args), fingerprint, progress=progress,
                              shard=shard)
     if shard is not None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from specd.worker.drafters.nets import ParallelHeads, SemiARDrafter
 from specd.worker.training.data import Split
 from specd.worker.training.trainer import TrainSettings, fit
