@@ -21,7 +21,6 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any
 
 import httpx
@@ -200,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
                 # warm-up at this concurrency, then HTTP and in-process on the same requests
                 engine = engines[g.name]
                 ids = [p.token_ids for p in chosen]
-                servers.call(partial(_inproc_run, engine, ids[:c], 4, c))
+                asyncio.run(_inproc_run(engine, ids[:c], 4, c))
                 https, inprocs = [], []
                 for _ in range(max(1, args.repeats)):  # alternate: load drifts hit both alike
                     https.append(_http_in_child(servers.url(g.name), bodies, c))
-                    inprocs.append(servers.call(partial(_inproc_run, engine, ids,
-                                                        args.max_tokens, c)))
+                    # in-process: the caller's own event loop, as an embedding program has
+                    inprocs.append(asyncio.run(_inproc_run(engine, ids, args.max_tokens, c)))
                 http, inproc = _median(https), _median(inprocs)
                 results[g.name][str(c)] = {"http": asdict(http) | {"rps": http.rps,
                                                                   "tps": http.tps,
