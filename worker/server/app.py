@@ -347,10 +347,21 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
     registry = registry if registry is not None else CollectorRegistry()
     server = Server(engine, tokenizer, settings, registry)
 
+    start_failed: list[BaseException] = []
+
+    async def start_engine() -> None:
+        try:
+            await engine.start()
+            log.info("engine ready: %s", engine.stats())
+        except Exception as exc:  # /healthz turns 500, so the kubelet restarts the pod
+            log.exception("engine start failed")
+            start_failed.append(exc)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.manage_engine:
-            await engine.start()
+        # The engine starts (measures its step costs) while the port already answers:
+        # /healthz says alive, /readyz says 503 until the engine is ready.
+        starting = asyncio.ensure_future(start_engine()) if settings.manage_engine else None
         if server.watcher is not None:
             server.watcher.start()
         log.info("serving %s (revision %s, track %s)", settings.model_name, settings.revision,
@@ -361,7 +372,9 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
             server.admission.draining = True
             if server.watcher is not None:
                 await server.watcher.stop()
-            if settings.manage_engine:
+            if starting is not None:
+                if not starting.done():
+                    await starting  # a half-started engine cannot be stopped cleanly
                 try:
                     await asyncio.wait_for(engine.stop(drain=True),
                                            timeout=max(1.0, settings.grace_period_s))
@@ -397,9 +410,12 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return APIError(exc.status_code, str(exc.detail), type=kind).response()
 
-    @app.get("/healthz", response_class=PlainTextResponse)
-    async def healthz() -> str:
-        return "ok"
+    @app.get("/healthz", response_class=PlainTextResponse,
+             responses={500: {"description": "the engine failed to start"}})
+    async def healthz() -> Response:
+        if start_failed:
+            return PlainTextResponse(f"engine failed to start: {start_failed[0]}", 500)
+        return PlainTextResponse("ok")
 
     @app.get("/readyz", responses={503: {"description": "not ready or draining"}})
     async def readyz() -> JSONResponse:
