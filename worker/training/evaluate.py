@@ -242,3 +242,17 @@ def plot(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def summary_table(result: dict[str, Any]) -> str:
+    """A Markdown table of the headline figures (README, logs)."""
+    lines = ["| method | " + " | ".join(f"tau K={k}" for k in KS)
+             + " | acceptance per position | ECE before | ECE after | draft cost |",
+             "|---|" + "---|" * (len(KS) + 4)]
+    for m, r in result.items():
+        acc = ", ".join(f"{p:.2f}" if p is not None else "-" for p in r["acceptance_per_position"])
+        cost = r["draft_cost_ratio"]
+        lines.append(f"| {m} | " + " | ".join(f"{r['tau'][str(k)]:.2f}" for k in KS)
+                     + f" | {acc} | {r['ece_before']:.3f} | {r['ece_after']:.3f} | "
+                     + (f"{cost:.3f}" if cost is not None else "-") + " |")
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ log = logging.getLogger("specd.train")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "parallel": {"epochs": 3.0, "batch_size": 256, "lr": 3e-3, "num_vocab": 3072},
     "semi-ar": {"epochs": 3.0, "batch_size": 256, "lr": 3e-3, "num_vocab": 3072},
-    "draft-model": {"epochs": 2.0, "batch_size": 8, "lr": 5e-4, "num_vocab": 3072},
+    "draft-model": {"epochs": 4.0, "batch_size": 8, "lr": 1.5e-3, "num_vocab": 3072},
 }
 
 
@@ -104,7 +104,7 @@ def _coverage(split: Any, vocab_ids: Any) -> float:
 def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str, Any]:
     from specd.worker.drafters.artifacts import load_drafter
     from specd.worker.training.data import load_split
-    from specd.worker.training.evaluate import evaluate_drafters, plot
+    from specd.worker.training.evaluate import evaluate_drafters, plot, summary_table
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
@@ -129,6 +129,7 @@ def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str,
         log.info("wrote %s and %s", args.json, plot_path)
     else:
         print(json.dumps(result, indent=2))
+    print(summary_table(result))
     if getattr(args, "record", False):
         from specd.worker.drafters.artifacts import update_metadata
 
