@@ -19,7 +19,7 @@ ACTIONS = ("data", "parallel", "semi-ar", "draft-model", "all", "eval")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from specd.worker.training.data import DataSettings
+    from specd.worker.training.settings import DataSettings
 
     d = DataSettings()
     parser.add_argument("action", choices=ACTIONS, help="what to do")

@@ -27,23 +27,9 @@ import numpy as np
 import torch
 
 from specd.worker.training.prompts import Prompt, build_prompts, split_prompts
+from specd.worker.training.settings import DataSettings
 
 SPLITS = ("train", "calib", "test")
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    seed: int = 0
-    n_train: int = 1200
-    n_calib: int = 150
-    n_test: int = 60
-    max_new_tokens: int = 128
-    max_prompt_tokens: int = 384
-    sampled_fraction: float = 0.0  # extra sampled continuations for this share of train prompts
-    sample_temperature: float = 0.8
-    topk: int = 8
-    batch_size: int = 48
-    dtype: str = "bfloat16"  # the target's dtype while generating (bf16 is ~2x on AVX512 CPUs)
 
 
 def cache_root() -> Path:

@@ -16,7 +16,7 @@ log = logging.getLogger("specd.train")
 
 
 def data_settings(args: argparse.Namespace) -> Any:
-    from specd.worker.training.data import DataSettings
+    from specd.worker.training.settings import DataSettings
 
     return DataSettings(seed=args.seed, n_train=args.n_train, n_calib=args.n_calib,
                         n_test=args.n_test, max_new_tokens=args.max_new_tokens,
