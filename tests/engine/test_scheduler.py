@@ -145,3 +145,20 @@ def test_worth_drafting_skips_the_drafter_when_plain_wins():
     steep = CostTable.from_measurements([1, 32, 33, 256], [0.1, 0.12, 0.5, 4.0])
     assert not worth_drafting(policy, 32, conf, 32, steep, draft_seconds=0.02)  # busy batch
     assert not worth_drafting(policy, 0, conf, 0, cpu, draft_seconds=0.0)
+
+
+def test_online_calibration_corrects_overconfidence():
+    from specd.worker.engine.scheduler import OnlineCalibration
+
+    cal = OnlineCalibration(prior=1.0)
+    assert cal.apply([0.8, 0.6]) == [0.8, 0.6]  # no evidence yet: unchanged
+    for r in range(400):  # predicted 0.6 at position 1, but only 30% accepted
+        cal.update([0.6, 0.6], verified=2, accepted=1 if r % 10 < 3 else 0)
+    c = cal.apply([0.6, 0.6])
+    assert c[0] == pytest.approx(0.3, abs=0.01)
+    assert c[1] < 0.6  # position 2 reached 120 times, never accepted
+    assert cal.reached[0] == 400 and cal.accepted[0] == 120
+    # unverified positions teach nothing
+    before = list(cal.reached)
+    cal.update([0.9, 0.9, 0.9], verified=0, accepted=0)
+    assert cal.reached == before

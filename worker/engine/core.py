@@ -37,7 +37,12 @@ from specd.worker.engine.api import (
 )
 from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.metrics import EngineMetrics
-from specd.worker.engine.scheduler import CostTable, schedule, worth_drafting
+from specd.worker.engine.scheduler import (
+    CostTable,
+    OnlineCalibration,
+    schedule,
+    worth_drafting,
+)
 
 Sink = Callable[[StreamEvent], None]
 
@@ -98,6 +103,7 @@ class EngineCore:
         self._conf_mean: list[float] = []  # running mean raw confidence per draft position
         self._draft_seconds: dict[int, float] = {}  # running mean draft time per batch bucket
         self._skipped = 0
+        self.online_calibration = OnlineCalibration()
         self._set_policy_labels()
 
     # -- inbox (any thread) ----------------------------------------------------------------
@@ -165,6 +171,7 @@ class EngineCore:
         drafts: list[list[int]] = [[] for _ in decode]
         confs: list[list[float]] = [[] for _ in decode]
         qs: list[torch.Tensor | None] = [None] * len(decode)
+        raw_conf: dict[int, list[float]] = {}
         if speculate:
             rows, idx = [], []
             for i, s in enumerate(decode):
@@ -177,10 +184,12 @@ class EngineCore:
                 hidden = (torch.stack([decode[i].hidden for i in idx])
                           if self.drafter.needs_hidden else None)
                 prop = self.drafter.propose(rows, hidden, self.generator)
+                raw = prop.confidence
                 for j, i in enumerate(idx):
                     drafts[i] = prop.tokens[j]
-                    confs[i] = prop.confidence[j]
+                    confs[i] = self.online_calibration.apply(raw[j])
                     qs[i] = prop.q[j] if prop.q else None
+                raw_conf = {i: raw[j] for j, i in enumerate(idx)}
                 self._learn_drafter(len(decode), [confs[i] for i in idx],
                                     time.perf_counter() - td)
         t1 = time.perf_counter()
@@ -233,6 +242,8 @@ class EngineCore:
                 c[3] += accepted + 1
                 for p in range(1, accepted + 1):
                     acc_by_pos[p] = acc_by_pos.get(p, 0) + 1
+                if e in raw_conf and d:
+                    self.online_calibration.update(raw_conf[e], len(d), accepted)
                 self._hist(s, len(d), accepted)
             else:
                 s.decoding = True

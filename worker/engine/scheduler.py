@@ -178,3 +178,44 @@ def worth_drafting(policy: Policy, n: int, mean_conf: Sequence[float], base_toke
     speculative = sched.expected_tokens / (sched.cost + draft_seconds)
     plain = n / float(costs.cost(base_tokens))
     return speculative > plain
+
+
+class OnlineCalibration:
+    """Per-position correction of the drafter's confidences from the engine's own outcomes.
+
+    A drafter calibrated offline on teacher-forced positions is over-confident in serving:
+    rounds start right after a rejection, where drafting is harder. For each position i this
+    keeps (reached, accepted, sum of predicted confidence) over verified positions whose
+    earlier drafts were all accepted, and scales confidences by observed / predicted
+    acceptance (smoothed with ``prior`` pseudo-counts; old evidence halves past ``window``).
+    """
+
+    def __init__(self, prior: float = 20.0, window: int = 2000) -> None:
+        self.prior = prior
+        self.window = window
+        self.reached: list[float] = []
+        self.accepted: list[float] = []
+        self.predicted: list[float] = []
+
+    def factor(self, i: int) -> float:
+        if i >= len(self.reached):
+            return 1.0
+        return (self.accepted[i] + self.prior) / (self.predicted[i] + self.prior)
+
+    def apply(self, conf: Sequence[float]) -> list[float]:
+        return [min(1.0, max(0.0, c * self.factor(i))) for i, c in enumerate(conf)]
+
+    def update(self, conf: Sequence[float], verified: int, accepted: int) -> None:
+        """One request-round: raw confidences, how many were verified and accepted."""
+        for i in range(min(accepted + 1, verified)):
+            while i >= len(self.reached):
+                self.reached.append(0.0)
+                self.accepted.append(0.0)
+                self.predicted.append(0.0)
+            self.reached[i] += 1
+            self.accepted[i] += 1.0 if i < accepted else 0.0
+            self.predicted[i] += min(max(float(conf[i]), 0.0), 1.0)
+            if self.reached[i] > self.window:
+                self.reached[i] /= 2
+                self.accepted[i] /= 2
+                self.predicted[i] /= 2
