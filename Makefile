@@ -42,8 +42,11 @@ lint: venv
 	$(BIN)/ruff check api specd worker operator dashboard tests
 	$(BIN)/mypy api
 
+# The main job on the embedded default: every scheme side by side on the same prompts
+# (plain, Scheme A, Scheme B fixed and scheduled, the classic draft model), one run.
 demo: setup
-	$(BIN)/specd generate --prompt "Explain speculative decoding in two sentences."
+	$(BIN)/specd bench engine --groups plain,parallel-fixed,semi-ar-fixed,semi-ar-scheduled,draft-model \
+	  --concurrency 1,4 --limit 8 --max-tokens 64 --json out/demo-bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache
