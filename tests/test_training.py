@@ -239,3 +239,17 @@ def test_committed_artifacts_load_and_beat_chance(method, target, greedy_runs):
     # acceptance varies a lot by prompt (0.05-0.8 for one head); chance is ~0.0003
     assert first > max(0.1, 100 * chance), f"{method}: first-position acceptance {first:.3f}"
     assert committed / rounds > 1.1  # tokens per target forward at K=5; chance gives ~1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["semi-ar", "draft-model"])
+def test_eval_verify_loop_is_lossless(method, target, greedy_runs):
+    """The evaluation's real speculative loop commits exactly the target's greedy tokens."""
+    from specd.worker.drafters.artifacts import load_drafter
+    from specd.worker.training.evaluate import verify_loop
+
+    net = load_drafter(method, target)
+    for prompt, seq in greedy_runs[:2]:
+        run = verify_loop(target, net, prompt, 5, len(seq), target.tokenizer.eos_token_id)
+        assert run["tokens"] == seq
+        assert run["rounds"] < len(seq)  # some drafts were accepted
