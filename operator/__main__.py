@@ -4,28 +4,17 @@ building the whole CLI: the operator image's entry point, and what the tests sta
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
-from specd import SpecdError
+from specd.cli import add_log_level, run_command
 from specd.commands import operator as command
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specd.operator", description=command.HELP)
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
+    add_log_level(parser)
     command.add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return command.run(args)
-    except SpecdError as exc:
-        print(f"specd operator: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command("operator", command, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from specd import SpecdError, __version__
 
@@ -25,8 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="specd: speculative-decoding LLM serving on Kubernetes.",
     )
     parser.add_argument("--version", action="version", version=f"specd {__version__}")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
+    add_log_level(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = importlib.import_module(f"specd.commands.{name}")
@@ -36,19 +36,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_command(name: str, module: ModuleType, args: argparse.Namespace) -> int:
+    """Set up logging and run one subcommand, turning SpecdError into one line and exit 2."""
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return int(args._module.run(args) or 0)
+        return int(module.run(args) or 0)
     except SpecdError as exc:
-        print(f"specd {args.command}: error: {exc}", file=sys.stderr)
+        print(f"specd {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
 
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(args.command, args._module, args)
 
 if __name__ == "__main__":
     sys.exit(main())
