@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="continuation length per prompt")
     g.add_argument("--sampled-fraction", type=float, default=d.sampled_fraction,
                    help="share of train prompts continued by sampling instead of greedy")
+    g.add_argument("--extra-sampled", type=int, default=d.extra_sampled,
+                   help="extra sampled (T=0.8) continuations per train prompt")
     g.add_argument("--data-batch-size", type=int, default=d.batch_size,
                    help="prompts decoded together")
     g.add_argument("--data-dtype", default=d.dtype, help="target dtype while generating data")

@@ -131,3 +131,38 @@ def test_scheduled_mode_stops_drafting_when_verification_cannot_pay(make_engine,
     assert b.spec.verified == 0
     drafting_rounds_max = 1 + b.spec.rounds // steep.core.PROBE_EVERY
     assert b.spec.drafted <= 4 * drafting_rounds_max
+
+
+async def test_dead_round_thread_turns_healthz_500(make_engine, target):
+    """A round that raises past the engine's own handler (BaseException) kills the thread:
+    the engine says so and /healthz turns 500 so the kubelet restarts the pod."""
+    import httpx
+
+    from specd.worker.server.app import ServerSettings, create_app
+
+    engine = make_engine("none", Policy(mode="plain"))
+    app = create_app(engine, target.tokenizer,
+                     ServerSettings(model_name="m", max_context=512, manage_engine=False))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/healthz")).text == "ok"
+
+        def die() -> bool:
+            raise KeyboardInterrupt  # not an Exception: the loop cannot swallow it
+
+        engine.core.step = die
+        engine.start_thread()
+        await asyncio.to_thread(engine._thread.join, 10)
+        assert engine.alive is False
+        health = await client.get("/healthz")
+        assert health.status_code == 500 and "not running" in health.text
+    engine._thread = None
+
+
+def test_set_policy_revalidates(make_engine):
+    """A Policy that skipped validation (model_copy(update=...)) is refused before a round."""
+    engine = make_engine("none", Policy(mode="plain"))
+    bad = Policy().model_copy(update={"k_max": 0})
+    with pytest.raises(ValueError, match="k_max"):
+        engine.set_policy(bad)
+    assert engine.policy.k_max == Policy().k_max

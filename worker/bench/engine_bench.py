@@ -38,6 +38,7 @@ class Cell:
     verified_requests: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
+    memory: dict[str, int] = field(default_factory=dict)  # Engine.memory_bytes()
     match_plain: bool | None = None
     matched_requests: int = 0
 
@@ -56,6 +57,10 @@ class Cell:
             "phase_share": ({p: s / phase_total for p, s in self.phase_seconds.items()}
                             if phase_total else {}),
             "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "drafter_memory_mb": (round(self.memory["drafter"] / 2**20, 2)
+                                  if self.memory else None),
+            "drafter_memory_share": (self.memory["drafter"] / self.memory["target"]
+                                     if self.memory else None),
             "match_plain": self.match_plain,
             "matched_requests": self.matched_requests,
             "requests": len(self.outputs),
@@ -168,7 +173,8 @@ def run_engine_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
                 bar.close()
                 after = _phase_seconds(registry)
                 cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
-                            phase_seconds={p: after[p] - before.get(p, 0.0) for p in after})
+                            phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
+                            memory=engine.memory_bytes())
                 for _, spec in results:
                     if spec is not None:
                         cell.rounds += spec.rounds
@@ -215,9 +221,34 @@ def mark_matches(results: dict[str, dict[int, Cell]]) -> None:
 
 
 def report(model: str, results: dict[str, dict[int, Cell]], settings: dict[str, Any]) -> dict:
-    return {"model": model, "settings": settings,
-            "groups": {g: {str(c): cell.summary() for c, cell in sorted(cells.items())}
-                       for g, cells in results.items()}}
+    groups = {g: {str(c): cell.summary() for c, cell in sorted(cells.items())}
+              for g, cells in results.items()}
+    return {"model": model, "settings": settings, "groups": groups,
+            "comparisons": comparisons(groups)}
+
+
+def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
+                scheduled: str = "semi-ar-scheduled",
+                rivals: tuple[str, ...] = ("plain", "parallel-fixed", "semi-ar-fixed")
+                ) -> dict[str, Any]:
+    """Scheme B against plain decoding and the best fixed length, per concurrency, all
+    from the one run (the ratios the seeds' claims are about)."""
+    out: dict[str, Any] = {}
+    sched = groups.get(scheduled, {})
+    for conc, cell in sched.items():
+        rates = {g: groups[g][conc]["tokens_per_s"] for g in rivals if conc in groups.get(g, {})}
+        row: dict[str, Any] = {}
+        if rates:
+            best = max(rates, key=rates.__getitem__)
+            row |= {"best_rival": best, "vs_best_rival": cell["tokens_per_s"] / rates[best]}
+        if "plain" in rates:
+            row["vs_plain"] = cell["tokens_per_s"] / rates["plain"]
+        hf = groups.get("hf-generate", {}).get(conc)
+        if hf:
+            row["vs_hf_generate"] = cell["tokens_per_s"] / hf["tokens_per_s"]
+        row["schedule_share"] = cell["phase_share"].get("schedule")
+        out[conc] = row
+    return {scheduled: out}
 
 
 def format_table(doc: dict[str, Any]) -> str:
@@ -238,6 +269,11 @@ def format_table(doc: dict[str, Any]) -> str:
                          f"{s['per_request_tokens_per_s']:>11.1f}{fmt(s['tau'], '.2f'):>7}"
                          f"{fmt(s['truncation_ratio'], '.2f'):>7}{fmt(s['mean_verified'], '.2f'):>7}"
                          f"{s['peak_rss_mb']:>9.0f}  {match:<6} {share}")
+    for name, rows in doc.get("comparisons", {}).items():
+        for conc, row in rows.items():
+            parts = [f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in row.items() if v is not None]
+            lines.append(f"{name} c={conc}: " + ", ".join(parts))
     return "\n".join(lines)
 
 

@@ -32,7 +32,8 @@ class HeadDrafter(Drafter):
             sel = torch.tensor(idx, device=device)
             last = torch.tensor([rows[i].tokens[-1] for i in idx], device=device)
             draft = self.net.propose(hidden[sel], last, k, temperature=temperature,
-                                     generator=own_gen or generator)
+                                     generator=own_gen or generator,
+                                     with_q=temperature > 0)  # greedy verify needs no q
             ids = draft.tokens.tolist()
             cs = draft.confidence.float().tolist()
             for j, i in enumerate(idx):

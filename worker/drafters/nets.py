@@ -81,7 +81,8 @@ class Draft:
     """One round's proposal for a batch: see the module docstring."""
 
     tokens: torch.Tensor  # [B, k] long
-    q: torch.Tensor  # [B, k, V] float: the exact distribution each token was drawn from
+    q: torch.Tensor | None  # [B, k, V] float: the exact distribution each token was drawn from
+    # (None when the caller asked for no q: ``propose(..., with_q=False)``)
     confidence: torch.Tensor  # [B, k] float in [0, 1]
     confidence_logit: torch.Tensor | None = None  # [B, k] raw (uncalibrated) logit
 
@@ -103,23 +104,28 @@ def target_parts(target: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def sample_from_logits(sub_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int,
-                       temperature: float, generator: torch.Generator | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       temperature: float, generator: torch.Generator | None = None,
+                       with_q: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick tokens from sub-vocabulary logits [B, Vs]; return (ids [B], q [B, V] full vocab).
 
     Greedy (temperature 0) returns a one-hot q; sampling returns softmax(logits / T), the
-    exact distribution the token was drawn from.
+    exact distribution the token was drawn from. ``with_q=False`` skips building q (greedy
+    verification never reads it, and a dense [B, V] per position costs real time on CPU).
     """
     batch = sub_logits.shape[0]
-    q = sub_logits.new_zeros(batch, vocab_size, dtype=torch.float32)
     if temperature <= 0.0:
-        sub_idx = sub_logits.argmax(dim=-1)
-        ids = vocab_ids[sub_idx]
+        ids = vocab_ids[sub_logits.argmax(dim=-1)]
+        if not with_q:
+            return ids, None
+        q = sub_logits.new_zeros(batch, vocab_size, dtype=torch.float32)
         q.scatter_(1, ids[:, None], 1.0)
         return ids, q
     probs = torch.softmax(sub_logits.float() / temperature, dim=-1)
     sub_idx = torch.multinomial(probs, 1, generator=generator).squeeze(1)
     ids = vocab_ids[sub_idx]
+    if not with_q:
+        return ids, None
+    q = sub_logits.new_zeros(batch, vocab_size, dtype=torch.float32)
     q.scatter_(1, vocab_ids[None, :].expand(batch, -1), probs)
     return ids, q
 
@@ -231,18 +237,19 @@ class ParallelHeads(_BoundHead):
 
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor | None, k: int,
-                temperature: float = 0.0, generator: torch.Generator | None = None) -> Draft:
+                temperature: float = 0.0, generator: torch.Generator | None = None,
+                with_q: bool = True) -> Draft:
         if not 1 <= k <= self.num_positions:
             raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
         logits = self.forward(hidden.to(self.sub_head.dtype), k)
         tokens, qs = [], []
         for i in range(k):
             ids, q = sample_from_logits(logits[:, i], self.vocab_ids, self.vocab_size,
-                                        temperature, generator)
+                                        temperature, generator, with_q)
             tokens.append(ids)
             qs.append(q)
         z = _max_prob_logit(logits)
-        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), self.calibrate(z), z)
+        return Draft(torch.stack(tokens, 1), _stack_q(qs), self.calibrate(z), z)
 
 
 class SemiARDrafter(_BoundHead):
@@ -287,12 +294,13 @@ class SemiARDrafter(_BoundHead):
     def _position(self, z: torch.Tensor, g: torch.Tensor, i: int) -> torch.Tensor:
         return self.block2(self.block(z + self.pos[i] + self.up(g)))
 
-    def _confidence_logit(self, state: torch.Tensor, sub_logits: torch.Tensor, i: int
-                          ) -> torch.Tensor:
-        onehot = state.new_zeros(state.shape[0], self.num_positions)
-        onehot[:, i] = 1.0
-        feats = torch.cat([self.conf_proj(state.detach()),
-                           distribution_stats(sub_logits.detach()).to(state.dtype), onehot], -1)
+    def _confidence_logits(self, states: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """States [B, k, H] and their sub-vocab logits [B, k, Vs] -> raw logits [B, k]."""
+        k = states.shape[1]
+        onehot = torch.eye(self.num_positions, dtype=states.dtype, device=states.device)[:k]
+        feats = torch.cat([self.conf_proj(states.detach()),
+                           distribution_stats(logits.detach()).to(states.dtype),
+                           onehot[None].expand(states.shape[0], -1, -1)], -1)
         return self.conf_mlp(feats).squeeze(-1)
 
     def forward(self, hidden: torch.Tensor, prev_tokens: torch.Tensor
@@ -311,32 +319,34 @@ class SemiARDrafter(_BoundHead):
             gs.append(g)
         states = self.block2(self.block(z[:, None] + self.pos[:k] + self.up(torch.stack(gs, 1))))
         logits = self.project(states)
-        onehot = torch.eye(self.num_positions, dtype=states.dtype, device=states.device)[:k]
-        feats = torch.cat([self.conf_proj(states.detach()),
-                           distribution_stats(logits.detach()).to(states.dtype),
-                           onehot[None].expand(states.shape[0], -1, -1)], -1)
-        return logits, self.conf_mlp(feats).squeeze(-1)
+        return logits, self._confidence_logits(states, logits)
 
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor, k: int,
-                temperature: float = 0.0, generator: torch.Generator | None = None) -> Draft:
+                temperature: float = 0.0, generator: torch.Generator | None = None,
+                with_q: bool = True) -> Draft:
         self._check_bound()
         if not 1 <= k <= self.num_positions:
             raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
         z, g = self._backbone(hidden.to(self.sub_head.dtype), last_token)
         prev = last_token
-        tokens, qs, confs = [], [], []
-        for i in range(k):
+        tokens, qs, states, subs = [], [], [], []
+        for i in range(k):  # only what the next position needs runs inside the loop
             g = self.gru(self.tok_norm(self.embed(prev)), g)
             state = self._position(z, g, i)
             sub = self.project(state)
             prev, q = sample_from_logits(sub, self.vocab_ids, self.vocab_size, temperature,
-                                         generator)
+                                         generator, with_q)
             tokens.append(prev)
             qs.append(q)
-            confs.append(self._confidence_logit(state, sub, i))
-        z = torch.stack(confs, 1).float()
-        return Draft(torch.stack(tokens, 1), torch.stack(qs, 1), self.calibrate(z), z)
+            states.append(state)
+            subs.append(sub)
+        z = self._confidence_logits(torch.stack(states, 1), torch.stack(subs, 1)).float()
+        return Draft(torch.stack(tokens, 1), _stack_q(qs), self.calibrate(z), z)
+
+
+def _stack_q(qs: list[torch.Tensor | None]) -> torch.Tensor | None:
+    return None if any(q is None for q in qs) else torch.stack(qs, 1)  # type: ignore[misc]
 
 
 class DraftLM(_BoundHead):

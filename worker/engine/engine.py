@@ -86,8 +86,16 @@ class Engine:
             self._thread = threading.Thread(target=self._loop, name="specd-engine", daemon=True)
             self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """False once the round thread has died (it never should: /healthz reports it)."""
+        return self._thread is None or self._thread.is_alive()
+
     def _loop(self) -> None:
         while not self._stopping:
+            # clear before the round: a submit during the round sets it again, so the wait
+            # below returns at once instead of sleeping on work that is already queued
+            self._wake.clear()
             try:
                 worked = self.core.step()
             except Exception as exc:  # keep serving: fail the affected requests, log, go on
@@ -98,7 +106,6 @@ class Engine:
                 if self._draining:
                     break
                 self._wake.wait(0.05)
-                self._wake.clear()
 
     async def stop(self, drain: bool = True) -> None:
         """Stop the round thread; ``drain`` finishes queued and running requests first."""
@@ -135,8 +142,9 @@ class Engine:
         self._wake.set()
 
     def set_policy(self, policy: Policy) -> None:
-        """Takes effect at the next round."""
-        self.core.set_policy(policy)
+        """Takes effect at the next round. Re-validated here: a Policy built with
+        ``model_construct`` or mutated after validation must not reach the scheduler."""
+        self.core.set_policy(Policy.model_validate(policy.model_dump()))
         self._wake.set()
 
     @property

@@ -411,10 +411,12 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
         return APIError(exc.status_code, str(exc.detail), type=kind).response()
 
     @app.get("/healthz", response_class=PlainTextResponse,
-             responses={500: {"description": "the engine failed to start"}})
+             responses={500: {"description": "the engine failed to start or its thread died"}})
     async def healthz() -> Response:
         if start_failed:
             return PlainTextResponse(f"engine failed to start: {start_failed[0]}", 500)
+        if not getattr(engine, "alive", True):
+            return PlainTextResponse("engine round thread is not running", 500)
         return PlainTextResponse("ok")
 
     @app.get("/readyz", responses={503: {"description": "not ready or draining"}})

@@ -21,6 +21,7 @@ def data_settings(args: argparse.Namespace) -> Any:
     return DataSettings(seed=args.seed, n_train=args.n_train, n_calib=args.n_calib,
                         n_test=args.n_test, max_new_tokens=args.max_new_tokens,
                         sampled_fraction=args.sampled_fraction,
+                        extra_sampled=args.extra_sampled,
                         batch_size=args.data_batch_size, dtype=args.data_dtype)
 
 

@@ -16,6 +16,8 @@ class DataSettings:
     max_prompt_tokens: int = 384
     sampled_fraction: float = 0.15  # share of train prompts continued by sampling, not greedy
     sample_temperature: float = 0.8
+    # extra sampled continuations per train prompt, on top of its main one (more data per prompt)
+    extra_sampled: int = 0
     topk: int = 8
     batch_size: int = 32
     dtype: str = "bfloat16"  # the target's dtype while generating (bf16 is ~2x on AVX512 CPUs)

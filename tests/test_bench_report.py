@@ -1,0 +1,45 @@
+"""The benchmark's report: ratios come from the one run's cells (pure functions, no model)."""
+
+from __future__ import annotations
+
+from specd.worker.bench.engine_bench import Cell, comparisons, format_table, mark_matches, report
+
+
+def cell(tokens: int, seconds: float, outputs: list[list[int]] | None = None, **kw) -> Cell:
+    outputs = outputs or [[1] * tokens]
+    return Cell(outputs, seconds, [tokens / seconds], **kw)
+
+
+def test_comparisons_pick_the_best_rival_per_concurrency():
+    mem = {"target": 1000, "kv_cache": 10, "drafter": 30}
+    results = {
+        "plain": {1: cell(100, 10.0), 16: cell(100, 1.0)},
+        "semi-ar-fixed": {1: cell(100, 5.0), 16: cell(100, 2.0)},
+        "semi-ar-scheduled": {1: cell(100, 4.0, memory=mem,
+                                      phase_seconds={"draft": 1, "schedule": 0.02,
+                                                     "verify": 2.9, "commit": 0.08}),
+                              16: cell(100, 1.25)},
+        "hf-generate": {1: cell(100, 8.0)},
+    }
+    doc = report("m", results, {})
+    rows = doc["comparisons"]["semi-ar-scheduled"]
+    assert rows["1"]["best_rival"] == "semi-ar-fixed"
+    assert abs(rows["1"]["vs_best_rival"] - 1.25) < 1e-9
+    assert abs(rows["1"]["vs_plain"] - 2.5) < 1e-9
+    assert abs(rows["1"]["vs_hf_generate"] - 2.0) < 1e-9
+    assert abs(rows["1"]["schedule_share"] - 0.005) < 1e-9
+    assert rows["16"]["best_rival"] == "plain" and abs(rows["16"]["vs_best_rival"] - 0.8) < 1e-9
+    assert "vs_hf_generate" not in rows["16"]
+    assert doc["groups"]["semi-ar-scheduled"]["1"]["drafter_memory_share"] == 0.03
+    table = format_table(doc)
+    assert "semi-ar-scheduled c=1: best_rival semi-ar-fixed, vs_best_rival 1.25" in table
+
+
+def test_mark_matches_counts_differing_requests():
+    results = {"plain": {1: cell(2, 1.0, [[1, 2], [3, 4]])},
+               "semi-ar-fixed": {1: cell(2, 1.0, [[1, 2], [3, 5]])}}
+    mark_matches(results)
+    assert results["plain"][1].match_plain is True
+    assert results["semi-ar-fixed"][1].match_plain is False
+    assert results["semi-ar-fixed"][1].matched_requests == 1
+    assert comparisons({"plain": {}}) == {"semi-ar-scheduled": {}}
