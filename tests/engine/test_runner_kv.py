@@ -52,6 +52,44 @@ def test_rollback_equals_fresh_prefill(target, runner, chat_prompt_ids):
     assert torch.allclose(after, hf_logits(target, ids)[-3:], atol=2e-3)
 
 
+def test_padded_forward_equals_unpadded(runner, chat_prompt_ids):
+    """pad_to runs a 3-token forward as 5 tokens: same outputs, same committed cache, and the
+    pad tokens' K/V past the slot's length never reach a later forward."""
+    ids = chat_prompt_ids("Name three rivers.")
+    head, tail = ids[:-4], ids[-4:]
+    plain, padded = runner.new_cache(1, 256), runner.new_cache(1, 256)
+    p, q = plain.allocate(), padded.allocate()
+    runner.forward(plain, [Row(p, head, "none")])
+    runner.forward(padded, [Row(q, head, "none")])
+    ref = runner.forward(plain, [Row(p, tail[:3], "all")])
+    runner.pad_to = (1, 2, 5, 5, 5)
+    try:
+        out = runner.forward(padded, [Row(q, tail[:3], "all")])
+        assert out.counts == [3] and out.logits.shape[0] == 3
+        assert padded.lengths[q] == plain.lengths[p] == len(head) + 3
+        assert torch.allclose(out.logits, ref.logits, atol=1e-4)
+        assert torch.equal(out.logits.argmax(-1), ref.logits.argmax(-1))
+        n = len(head) + 3
+        assert not torch.equal(padded.k[:, q, :, n:n + 2], plain.k[:, p, :, n:n + 2])  # pads ran
+        nxt_pad = runner.forward(padded, [Row(q, tail[3:], "all")]).logits
+    finally:
+        runner.pad_to = ()
+    nxt = runner.forward(plain, [Row(p, tail[3:], "all")]).logits
+    assert torch.allclose(nxt_pad, nxt, atol=1e-4)
+    # no room for the pads in the context: the forward runs unpadded
+    tight = runner.new_cache(1, len(head) + 3)
+    t = tight.allocate()
+    runner.forward(tight, [Row(t, head, "none")])
+    runner.pad_to = (1, 2, 5, 5, 5)
+    try:
+        assert runner._padded_counts(tight, [len(head)], [3]) == [3]
+        assert runner._padded_counts(padded, [0], [3]) == [5]
+        assert runner._padded_counts(padded, [0], [4]) == [5]
+        assert runner._padded_counts(padded, [0], [6]) == [6]  # beyond the dense table
+    finally:
+        runner.pad_to = ()
+
+
 def test_cache_bounds(runner):
     cache = runner.new_cache(2, 32)
     s = cache.allocate()

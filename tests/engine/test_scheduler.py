@@ -39,6 +39,16 @@ def test_cost_table_is_monotone_and_interpolates():
         CostTable.from_measurements([1, 1], [0.1, 0.2])
 
 
+def test_cost_table_pads_where_a_bigger_forward_is_cheaper():
+    """Measured on this CPU: 2 and 3 tokens cost more than 4 (tiny-M GEMM); the dense part of
+    the grid pads up to the cheapest size at or above, the sparse part only smooths noise."""
+    t = CostTable.from_measurements([1, 2, 3, 4, 5, 6, 8, 16], [37, 64, 90, 59, 77, 69, 80, 70])
+    assert t.pad_to == (1, 4, 4, 4, 6, 6)
+    assert t.seconds == (37, 59, 59, 59, 69, 69, 70, 70)
+    assert CostTable.from_measurements([2, 4], [1.0, 2.0]).pad_to == ()  # no dense start
+    assert CostTable.flat().pad_to == ()
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_scheduled_budget_is_optimal_and_contiguous(seed):
     rng = np.random.default_rng(seed)

@@ -11,7 +11,9 @@ from specd.worker.engine.kv_cache import KVCache
 from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.scheduler import CostTable
 
-GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# dense where kernels are irregular (every size measured, padding can pick the cheaper one),
+# then geometric
+GRID = (*range(1, 17), 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 def _sync(device: torch.device) -> None:
@@ -26,7 +28,10 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
     time); made monotone.
 
     Needs free slots in ``cache`` (run before serving); leaves the cache as it found it.
+    Measures raw shapes (the runner's padding is off meanwhile); the caller installs the
+    returned table's ``pad_to`` in the runner.
     """
+    saved_pad, runner.pad_to = runner.pad_to, ()
     grid = [t for t in GRID if t <= max_tokens] or [1]
     max_rows = min(cache.free_slots, max(grid))
     if max_rows < 1:
@@ -54,6 +59,7 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
                     times.append(time.perf_counter() - t0)
             seconds.append(min(times))
     finally:
+        runner.pad_to = saved_pad
         for s in slots:
             cache.release(s)
     return CostTable.from_measurements(grid[: len(seconds)], seconds)

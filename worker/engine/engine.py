@@ -46,6 +46,8 @@ class Engine:
         self.metrics = EngineMetrics(registry, metric_labels)
         self.core = EngineCore(self.runner, self.drafter, loaded.tokenizer, self.config,
                                policy or Policy(), self.metrics, costs)
+        if costs is not None:
+            self.runner.pad_to = costs.pad_to
         self._costs_ready = costs is not None or self.config.cost_profile == "none"
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -74,6 +76,7 @@ class Engine:
 
             self.core.costs = measure_costs(self.runner, self.core.cache,
                                             self.core.policy.max_batch_tokens)
+            self.runner.pad_to = self.core.costs.pad_to
             self._costs_ready = True
 
     async def start(self) -> None:

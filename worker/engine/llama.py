@@ -91,6 +91,9 @@ class LlamaRunner:
             self.layers.append((layer.input_layernorm.weight, w_qkv, qkv_b, att.o_proj.weight,
                                 layer.post_attention_layernorm.weight, w_gu,
                                 mlp.down_proj.weight))
+        # forward sizes to pad to (index: real token count - 1); set from the measured
+        # CostTable (scheduler.CostTable.pad_to), empty = never pad
+        self.pad_to: tuple[int, ...] = ()
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
         self.ffn = cfg.intermediate_size
@@ -119,13 +122,16 @@ class LlamaRunner:
         for r, s, n in zip(rows, starts_in, counts_in, strict=True):
             if s + n > cache.max_context:
                 raise ValueError(f"slot {r.slot}: {s}+{n} tokens exceed max_context {cache.max_context}")
+        counts_fwd = self._padded_counts(cache, starts_in, counts_in)
         flat_tokens: list[int] = []
         flat_pos: list[int] = []
         flat_slot: list[int] = []
-        for r, s, n in zip(rows, starts_in, counts_in, strict=True):
-            flat_tokens.extend(r.tokens)
-            flat_pos.extend(range(s, s + n))
-            flat_slot.extend([r.slot] * n)
+        for r, s, n, nf in zip(rows, starts_in, counts_in, counts_fwd, strict=True):
+            # pad tokens repeat the row's last token past its real ones: their K/V land
+            # beyond the slot's length (like rolled-back drafts) and no output reads them
+            flat_tokens.extend(r.tokens + r.tokens[-1:] * (nf - n))
+            flat_pos.extend(range(s, s + nf))
+            flat_slot.extend([r.slot] * nf)
         total = len(flat_tokens)
         tok = torch.tensor(flat_tokens, device=dev)
         pos = torch.tensor(flat_pos, device=dev)
@@ -136,16 +142,16 @@ class LlamaRunner:
         out_starts: list[int] = []
         out_counts: list[int] = []
         offset = 0
-        for r, n in zip(rows, counts_in, strict=True):
+        for r, n, nf in zip(rows, counts_in, counts_fwd, strict=True):
             out_starts.append(len(out_idx))
             if r.want == "all":
                 out_idx.extend(range(offset, offset + n))
             elif r.want == "last":
                 out_idx.append(offset + n - 1)
             out_counts.append(len(out_idx) - out_starts[-1])
-            offset += n
+            offset += nf
 
-        groups = self._attention_groups(rows, starts_in, counts_in)
+        groups = self._attention_groups(rows, starts_in, counts_fwd)
 
         x = F.embedding(tok, self.embed)
         cos, sin = self.rotary(x[None], pos[None])  # [1, total, head_dim]
@@ -177,6 +183,21 @@ class LlamaRunner:
         hidden = self._rms(sel, self.norm_w)
         out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
         return ForwardOutput(hidden, out_logits, out_starts, out_counts)
+
+    def _padded_counts(self, cache: KVCache, starts: list[int], counts: list[int]) -> list[int]:
+        """Per-row token counts to run: ``counts`` plus ``pad_to``'s padding on the row with
+        the most context room (no padding when no row has room for it)."""
+        total = sum(counts)
+        if total > len(self.pad_to) or self.pad_to[total - 1] <= total:
+            return counts
+        extra = self.pad_to[total - 1] - total
+        room = [cache.max_context - s - n for s, n in zip(starts, counts, strict=True)]
+        r = max(range(len(counts)), key=room.__getitem__)
+        if room[r] < extra:
+            return counts
+        padded = list(counts)
+        padded[r] += extra
+        return padded
 
     def _attention_groups(self, rows: list[Row], starts: list[int], counts: list[int]) -> list[_Group]:
         dev = self.device

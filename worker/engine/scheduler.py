@@ -28,26 +28,42 @@ from specd.api.policy import Calibration, Policy
 
 @dataclass(frozen=True)
 class CostTable:
-    """Target forward time (seconds) against batched token count, non-decreasing."""
+    """Target forward time (seconds) against batched token count, non-decreasing.
+
+    ``pad_to[n - 1]`` is the token count a forward of n tokens should really run with, for the
+    dense start of the grid (1, 2, 3, ... measured one by one). CPU GEMM kernels are not
+    monotone in the row count: on the 2-core dev machine a 3-token forward of SmolLM2 took
+    ~1.5x a 4-token one (MKL runs tiny M as repeated matrix-vector products, each streaming the
+    weights again). Padding such a forward up to the cheaper size makes the monotone table
+    true instead of optimistic; the runner applies it (``LlamaRunner.pad_to``).
+    """
 
     tokens: tuple[int, ...]
     seconds: tuple[float, ...]
+    pad_to: tuple[int, ...] = ()
 
     @staticmethod
     def from_measurements(tokens: Sequence[int], seconds: Sequence[float]) -> CostTable:
-        """Sort by token count and make monotone: a bigger batch never costs less. Timing noise
-        only ever adds time (interference), so a point above a later one is the outlier: each
-        point is lowered to the minimum of itself and every later point (suffix minimum)."""
+        """Sort by token count and make monotone: each point is lowered to the minimum of
+        itself and every later point (suffix minimum). Where the grid is dense (1, 2, 3, ...)
+        that minimum is reached by padding the forward to the cheaper size (``pad_to``);
+        beyond it, a point above a later one is taken as timing noise (interference only
+        ever adds time)."""
         if not tokens or len(tokens) != len(seconds):
             raise ValueError("need equally many (>= 1) token counts and timings")
         pairs = sorted(zip(tokens, seconds, strict=True))
         ts = [int(t) for t, _ in pairs]
         if ts[0] < 1 or len(set(ts)) != len(ts):
             raise ValueError("token counts must be distinct and >= 1")
-        secs = np.minimum.accumulate(np.array([s for _, s in pairs], dtype=float)[::-1])[::-1]
+        raw = np.array([s for _, s in pairs], dtype=float)
+        secs = np.minimum.accumulate(raw[::-1])[::-1]
         if secs[0] <= 0:
             raise ValueError("timings must be positive")
-        return CostTable(tuple(ts), tuple(float(s) for s in secs))
+        dense = 0
+        while dense < len(ts) and ts[dense] == dense + 1:
+            dense += 1
+        pad_to = tuple(ts[i + int(np.argmin(raw[i:dense]))] for i in range(dense))
+        return CostTable(tuple(ts), tuple(float(s) for s in secs), pad_to)
 
     @staticmethod
     def flat() -> CostTable:
