@@ -94,6 +94,46 @@ def tiny_data(target, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_engine_forward_generation_equals_the_hf_loop(target):
+    """decode_batch_runner (the engine's ragged forward) records what decode_batch (HF, padded)
+    records: same greedy tokens, same top-k, hidden states equal to fp32 rounding."""
+    from specd.worker.training.data import (
+        _runner_or_none,
+        chat_ids,
+        decode_batch,
+        decode_batch_runner,
+    )
+
+    tok = target.tokenizer
+    prompts = [chat_ids(tok, t) for t in ("List two colours.", "用一句话介绍长城。")]
+    hf = decode_batch(target.model, prompts, 12, tok.eos_token_id, tok.pad_token_id, 8)
+    ours = decode_batch_runner(_runner_or_none(target.model), prompts, 12, tok.eos_token_id, 8)
+    for a, b in zip(hf, ours, strict=True):
+        assert np.array_equal(a["seq"], b["seq"]) and a["prompt_len"] == b["prompt_len"]
+        assert a["hidden"].shape == b["hidden"].shape == (len(a["seq"]) - a["prompt_len"] + 1,
+                                                          target.model.config.hidden_size)
+        assert np.abs(a["hidden"].astype(np.float32) - b["hidden"].astype(np.float32)).max() < 2e-2
+        assert np.array_equal(a["topk_ids"][:, 0], b["topk_ids"][:, 0])
+
+
+def test_extra_sampled_jobs_and_stable_hashes():
+    from dataclasses import replace
+
+    from specd.worker.training.data import _jobs, _settings_key
+    from specd.worker.training.prompts import build_prompts
+    from specd.worker.training.settings import DataSettings
+
+    base = DataSettings(sampled_fraction=0.0)
+    assert "extra_sampled" not in _settings_key(base)  # older data sets keep their hash
+    more = replace(base, extra_sampled=2)
+    assert _settings_key(more)["extra_sampled"] == 2
+    prompts = build_prompts(0)[:3]
+    jobs = _jobs(more, "train", prompts)
+    assert [(p.id, s) for p, s in jobs] == [(p.id, s) for p in prompts
+                                           for s in (False, True, True)]
+    assert _jobs(more, "test", prompts) == [(p, False) for p in prompts]
+
+
 def test_data_set_has_target_continuations_and_hidden_states(tiny_data, target):
     splits, directory = tiny_data
     meta = json.loads((directory / "meta.json").read_text())
