@@ -31,8 +31,18 @@ def test_comparisons_pick_the_best_rival_per_concurrency():
     assert rows["16"]["best_rival"] == "plain" and abs(rows["16"]["vs_best_rival"] - 0.8) < 1e-9
     assert "vs_hf_generate" not in rows["16"]
     assert doc["groups"]["semi-ar-scheduled"]["1"]["drafter_memory_share"] == 0.03
+    assert doc["groups"]["plain"]["1"]["step_cost_ms"] is None
     table = format_table(doc)
     assert "semi-ar-scheduled c=1: best_rival semi-ar-fixed, vs_best_rival 1.25" in table
+
+
+def test_cells_carry_the_measured_cost_table():
+    from specd.worker.engine.scheduler import CostTable
+
+    costs = CostTable.from_measurements([1, 2, 3, 4], [0.037, 0.064, 0.09, 0.059])
+    summary = cell(10, 1.0, costs=costs).summary()
+    assert summary["step_cost_ms"] == {"1": 37.0, "2": 59.0, "3": 59.0, "4": 59.0}
+    assert summary["pad_to"] == [1, 4, 4, 4]
 
 
 def test_mark_matches_counts_differing_requests():

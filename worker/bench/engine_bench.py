@@ -39,6 +39,7 @@ class Cell:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
     memory: dict[str, int] = field(default_factory=dict)  # Engine.memory_bytes()
+    costs: Any = None  # the engine's measured scheduler.CostTable
     match_plain: bool | None = None
     matched_requests: int = 0
 
@@ -61,6 +62,10 @@ class Cell:
                                   if self.memory else None),
             "drafter_memory_share": (self.memory["drafter"] / self.memory["target"]
                                      if self.memory else None),
+            "step_cost_ms": ({str(t): round(sec * 1e3, 2) for t, sec in
+                              zip(self.costs.tokens, self.costs.seconds, strict=True)}
+                             if self.costs is not None else None),
+            "pad_to": list(self.costs.pad_to) if self.costs is not None else None,
             "match_plain": self.match_plain,
             "matched_requests": self.matched_requests,
             "requests": len(self.outputs),
@@ -174,7 +179,7 @@ def run_engine_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
                 after = _phase_seconds(registry)
                 cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
                             phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
-                            memory=engine.memory_bytes())
+                            memory=engine.memory_bytes(), costs=engine.costs)
                 for _, spec in results:
                     if spec is not None:
                         cell.rounds += spec.rounds
