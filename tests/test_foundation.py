@@ -108,6 +108,17 @@ def test_cli_main_returns_error_code_for_specd_errors(capsys):
     assert "unknown model reference" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--data-shard", "two/4"], "--data-shard must be I/N"),
+    (["--data-shard", "4/4"], "got '4/4'"),
+    (["--extra-sampled", "-1"], "--extra-sampled must be >= 0"),
+])
+def test_train_data_flags_are_refused_before_the_model_loads(capsys, flags, message):
+    assert main(["train", "data", "--model", "no-such-model", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "unknown model reference" not in err
+
+
 @pytest.mark.model
 def test_alias_greedy_matches_transformers_generate(target, chat_prompt_ids):
     import torch

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,46 @@ def _runner_or_none(model: Any) -> Any:
         return None
 
 
+class _BatchDecoder:
+    """Decodes batches in the generation dtype, through the engine's forward when it can.
+
+    The model copy and the runner are built on first use: an assembly run over cached
+    batches needs neither.
+    """
+
+    def __init__(self, target: Any, settings: DataSettings) -> None:
+        self.target, self.settings = target, settings
+        tok = target.tokenizer
+        self.eos_id = tok.eos_token_id
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_id
+
+    @cached_property
+    def model(self) -> Any:
+        import copy
+
+        from specd.worker.model import resolve_dtype
+
+        # a separate copy in the generation dtype: casting the target there and back would
+        # round its weights (and change its fingerprint)
+        gen_dtype = resolve_dtype(self.settings.dtype, self.target.device)
+        model = self.target.model
+        return model if next(model.parameters()).dtype == gen_dtype else (
+            copy.deepcopy(model).to(gen_dtype))
+
+    @cached_property
+    def runner(self) -> Any:
+        return _runner_or_none(self.model)
+
+    def __call__(self, prompts: list[list[int]], temperatures: list[float],
+                 generator: torch.Generator) -> list[dict[str, np.ndarray]]:
+        s = self.settings
+        if self.runner is not None:
+            return decode_batch_runner(self.runner, prompts, s.max_new_tokens, self.eos_id,
+                                       s.topk, temperatures, generator)
+        return decode_batch(self.model, prompts, s.max_new_tokens, self.eos_id, self.pad_id,
+                            s.topk, temperatures, generator)
+
+
 def _claim(path: Path) -> bool:
     """Atomically claim a batch for this worker (``shard=(0, 0)``: work-sharing mode)."""
     try:
@@ -253,7 +294,6 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
     """
     from tqdm import tqdm
 
-    from specd.worker.model import resolve_dtype
 
     tok = target.tokenizer
     all_prompts = _select_prompts(tok, settings)
@@ -268,17 +308,7 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
                                           sort_keys=True).encode()).hexdigest()[:16]
     chunks = cache_root() / f"chunks-{chunk_key}"
     chunks.mkdir(parents=True, exist_ok=True)
-    import copy
-
-    # a separate copy in the generation dtype: casting the target there and back would
-    # round its weights (and change its fingerprint)
-    gen_dtype = resolve_dtype(settings.dtype, target.device)
-    model = target.model
-    if next(model.parameters()).dtype != gen_dtype:
-        model = copy.deepcopy(model).to(gen_dtype)
-    runner = _runner_or_none(model)
-    eos_id = tok.eos_token_id
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id
+    decode = _BatchDecoder(target, settings)
     bs = settings.batch_size
     for split in ("test", "calib", "train"):  # train last: its batches extend
         jobs = _jobs(settings, split, all_prompts[split])
@@ -298,13 +328,7 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
             sampled = [s_ for _, s_ in batch]
             temps = [settings.sample_temperature if s_ else 0.0 for s_ in sampled]
             gen = torch.Generator().manual_seed(settings.seed * 100003 + b)
-            ids = [chat_ids(tok, p.text) for p, _ in batch]
-            if runner is not None:
-                res = decode_batch_runner(runner, ids, settings.max_new_tokens, eos_id,
-                                          settings.topk, temps, gen)
-            else:
-                res = decode_batch(model, ids, settings.max_new_tokens, eos_id, pad_id,
-                                   settings.topk, temps, gen)
+            res = decode([chat_ids(tok, p.text) for p, _ in batch], temps, gen)
             for r, (p, s_) in zip(res, batch, strict=True):
                 r["prompt_index"], r["sampled"] = p.id, s_
             torch.save(res, path.with_suffix(".tmp"))
@@ -316,7 +340,6 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
             _save_split(directory, split, items)
     if shard is not None:
         return chunks
-    del model
     meta = {"hash": digest, "settings": asdict(settings), "target_fingerprint": fingerprint,
             "splits": {s: len(all_prompts[s]) for s in SPLITS},
             "rows": {s: int(np.load(directory / s / "row_off.npy")[-1]) for s in SPLITS}}

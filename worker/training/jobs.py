@@ -132,18 +132,13 @@ def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str,
     print(summary_table(result))
     if getattr(args, "record", False):
         from specd.worker.drafters.artifacts import update_metadata
+        from specd.worker.training.pipeline import command_line  # pipeline imports this module
 
         for key, figures in result.items():
             update_metadata(paths[key], {"eval": {k: v for k, v in figures.items()
                                                   if k != "reliability_after"},
-                                         "eval_command": command_line_text()})
+                                         "eval_command": command_line()})
     return result
-
-
-def command_line_text() -> str:
-    from specd.worker.training.pipeline import command_line
-
-    return command_line()
 
 
 def run_training_action(args: argparse.Namespace, target: Any, fingerprint: str,

@@ -29,6 +29,21 @@ def command_line() -> str:
     return "specd " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``--data-shard``: None, ``claim`` -> (0, 0), or ``I/N`` -> (I, N) with 0 <= I < N."""
+    if not text:
+        return None
+    if text == "claim":
+        return (0, 0)
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        i = n = 0  # not I/N: refused below
+    if not 0 <= i < n:
+        raise SpecdError(f"--data-shard must be I/N with 0 <= I < N, or claim; got {text!r}")
+    return (i, n)
+
+
 def run_action(args: argparse.Namespace) -> int:
     import torch
 
@@ -40,19 +55,13 @@ def run_action(args: argparse.Namespace) -> int:
     for name in ("n_train", "n_calib", "n_test", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise SpecdError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.extra_sampled < 0:
+        raise SpecdError("--extra-sampled must be >= 0")
+    shard = parse_shard(getattr(args, "data_shard", None))  # refuse bad input before loading
     target = load_model(args.model, args.device)
     fingerprint = model_fingerprint(target)
     progress = not args.no_progress
     started = time.perf_counter()
-    shard = None
-    if getattr(args, "data_shard", None):
-        if args.data_shard == "claim":
-            shard = (0, 0)
-        else:
-            i, n = (int(x) for x in args.data_shard.split("/"))
-            if not 0 <= i < n:
-                raise SpecdError("--data-shard must be I/N with 0 <= I < N, or claim")
-            shard = (i, n)
     data_dir = generate_data(target, data_settings(args), fingerprint, progress=progress,
                              shard=shard)
     if shard is not None:
