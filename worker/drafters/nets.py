@@ -112,21 +112,19 @@ def sample_from_logits(sub_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_
     exact distribution the token was drawn from. ``with_q=False`` skips building q (greedy
     verification never reads it, and a dense [B, V] per position costs real time on CPU).
     """
-    batch = sub_logits.shape[0]
     if temperature <= 0.0:
+        probs = None
         ids = vocab_ids[sub_logits.argmax(dim=-1)]
-        if not with_q:
-            return ids, None
-        q = sub_logits.new_zeros(batch, vocab_size, dtype=torch.float32)
-        q.scatter_(1, ids[:, None], 1.0)
-        return ids, q
-    probs = torch.softmax(sub_logits.float() / temperature, dim=-1)
-    sub_idx = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-    ids = vocab_ids[sub_idx]
+    else:
+        probs = torch.softmax(sub_logits.float() / temperature, dim=-1)
+        ids = vocab_ids[torch.multinomial(probs, 1, generator=generator).squeeze(1)]
     if not with_q:
         return ids, None
-    q = sub_logits.new_zeros(batch, vocab_size, dtype=torch.float32)
-    q.scatter_(1, vocab_ids[None, :].expand(batch, -1), probs)
+    q = sub_logits.new_zeros(sub_logits.shape[0], vocab_size, dtype=torch.float32)
+    if probs is None:
+        q.scatter_(1, ids[:, None], 1.0)
+    else:
+        q.scatter_(1, vocab_ids[None, :].expand(len(ids), -1), probs)
     return ids, q
 
 
