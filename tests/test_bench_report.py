@@ -11,7 +11,7 @@ def cell(tokens: int, seconds: float, outputs: list[list[int]] | None = None, **
 
 
 def test_comparisons_pick_the_best_rival_per_concurrency():
-    mem = {"target": 1000, "kv_cache": 10, "drafter": 30}
+    mem = {"target": 990, "kv_cache": 10, "drafter": 30}
     results = {
         "plain": {1: cell(100, 10.0), 16: cell(100, 1.0)},
         "semi-ar-fixed": {1: cell(100, 5.0), 16: cell(100, 2.0)},

@@ -168,7 +168,7 @@ def test_short_training_run_learns(tiny_data, target):
     train, calib = splits["train"], splits["calib"]
     K = 4
     vocab = frequent_vocab(train, 1024, [target.tokenizer.eos_token_id])
-    net = make_net("semi-ar", 576, K, vocab, 49152).bind(target)
+    net = make_net("semi-ar", target.model.config, K, vocab).bind(target)
     ev = Teacher(calib, head_examples(calib, K), net.sub_index(), "cpu")
     before = evaluate_heads(net.eval(), ev, K)
     tr = Teacher(train, head_examples(train, K), net.sub_index(), "cpu")
@@ -185,6 +185,59 @@ def test_short_training_run_learns(tiny_data, target):
     random_acc = float(np.mean(rng.choice(vocab.numpy(), size=len(truth)) == truth))
     assert after["heldout_acceptance"][0] > max(0.03, 10 * random_acc)
     assert after["heldout_acceptance"][0] > before["heldout_acceptance"][0]
+
+
+@pytest.mark.slow
+def test_context_layer_trains_on_whole_sequences(tiny_data, target):
+    """Prompt hidden states line up with the target's own; the semi-ar drafter with a
+    context layer learns on whole sequences; a warm start reproduces its source exactly."""
+    from specd.worker.training.data import add_prompt_hidden, load_split
+    from specd.worker.training.train_heads import (
+        SequenceTeacher,
+        evaluate_heads,
+        frequent_vocab,
+        loss_fn,
+        make_net,
+        warm_start,
+    )
+    from specd.worker.training.trainer import TrainSettings, fit
+
+    _, directory = tiny_data
+    add_prompt_hidden(target, directory, progress=False)
+    train, calib = load_split(directory, "train"), load_split(directory, "calib")
+    seq = [int(t) for t in train.sequence(0)]
+    full = train.sequence_hidden(0).astype(np.float32)
+    assert full.shape[0] == len(seq)
+    with torch.inference_mode():  # the data is generated in bf16: compare directions
+        ref = target.model.model(input_ids=torch.tensor([seq])).last_hidden_state[0].numpy()
+    cos = (full * ref).sum(-1) / (np.linalg.norm(full, axis=-1) * np.linalg.norm(ref, axis=-1))
+    assert cos.min() > 0.95, cos.min()
+
+    K = 4
+    vocab = frequent_vocab(train, 1024, [target.tokenizer.eos_token_id])
+    net = make_net("semi-ar", target.model.config, K, vocab, context=True).bind(target)
+    ev = SequenceTeacher(calib, K, net.sub_index(), "cpu")
+    before = evaluate_heads(net.eval(), ev, K)
+    tr = SequenceTeacher(train, K, net.sub_index(), "cpu")
+    history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+                  TrainSettings(epochs=12, batch_size=4, lr=3e-3, warmup_steps=5), None,
+                  progress=False)
+    assert history[-1]["heldout_loss"] < before["heldout_loss"] - 0.2
+    assert history[-1]["heldout_acceptance"][0] > before["heldout_acceptance"][0]
+
+    plain = make_net("semi-ar", target.model.config, K, vocab).bind(target).eval()
+    for p in plain.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    warm = make_net("semi-ar", target.model.config, K, vocab, context=True).bind(target).eval()
+    warm_start(warm, plain)
+    batch = ev.batch(np.arange(min(2, ev.n)))
+    with torch.no_grad():
+        from specd.worker.training.train_heads import head_logits
+
+        ctx_logits, _ = head_logits(warm, batch)
+        plain_batch = {k: v for k, v in batch.items() if not k.startswith(("seq_", "sel_"))}
+        ref_logits, _ = head_logits(plain, plain_batch)
+    assert torch.allclose(ctx_logits, ref_logits, atol=1e-5)  # zero projection: a no-op
 
 
 @pytest.mark.slow

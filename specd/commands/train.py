@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--num-vocab", type=int, default=None,
                    help="size of the drafter's output vocabulary (most frequent tokens)")
     t.add_argument("--draft-layers", type=int, default=2, help="layers of the draft model")
+    t.add_argument("--context-layer", action="store_true",
+                   help="semi-ar with an EAGLE-style context layer over the target's hidden "
+                        "states of every position (default: the backbone reads h_p alone)")
+    t.add_argument("--init-from", default=None, metavar="ARTIFACT",
+                   help="warm start from a trained artifact of the same method (folder)")
     t.add_argument("--out-dir", default=None,
                    help="artifact root (default: worker/artifacts/<model>)")
     t.add_argument("--checkpoint-dir", default=None,

@@ -74,7 +74,7 @@ def test_speculative_greedy_is_token_identical(drafter, make_engine, prompts, hf
     assert engine.stats().running == 0 and engine.stats().kv_used_tokens == 0
 
 
-def test_concurrent_divergence_only_at_near_ties(make_engine, target, chat_prompt_ids):
+def test_concurrent_divergence_only_at_near_ties(make_engine, chat_prompt_ids, same_or_near_tie):
     texts = ["Name three colours.", "What is 12 times 12?", "Say hello in French.",
              "Repeat exactly, five times, the line: the cat sat on the mat."]
     prompts = [chat_prompt_ids(t) for t in texts]
@@ -87,11 +87,4 @@ def test_concurrent_divergence_only_at_near_ties(make_engine, target, chat_promp
     outs = engine.generate([GenerationRequest(ids, params) for ids in prompts])
     assert sum(o.spec.accepted for o in outs) > 0  # drafts were accepted under concurrency
     for ids, out, want in zip(prompts, outs, ref, strict=True):
-        if out.token_ids == want:
-            continue
-        i = next(j for j, (a, b) in enumerate(zip(out.token_ids, want, strict=False)) if a != b)
-        with torch.inference_mode():
-            logits = target.model(torch.tensor([ids + want[:i]])).logits[0, -1].float()
-        top2 = logits.topk(2).values
-        gap = float(top2[0] - top2[1])
-        assert gap < 1e-3, f"divergence at token {i} with a top-2 logit gap of {gap}: a real bug"
+        same_or_near_tie(ids, out.token_ids, want)

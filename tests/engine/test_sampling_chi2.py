@@ -55,11 +55,11 @@ def exact_distribution(model) -> dict[tuple[int, ...], float]:
     return dist
 
 
-def perturbed_net(name: str, tiny):
+def perturbed_net(name: str, tiny, context: bool = False):
     """Untrained nets are near-identity maps; noise makes q clearly different from p."""
     from specd.worker.drafters.registry import untrained_net
 
-    net = untrained_net(name, tiny.model, num_positions=4, seed=7)
+    net = untrained_net(name, tiny.model, num_positions=4, seed=7, context=context)
     gen = torch.Generator().manual_seed(99)
     with torch.no_grad():
         for p in net.parameters():
@@ -67,10 +67,12 @@ def perturbed_net(name: str, tiny):
     return net
 
 
-def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None) -> dict:
+def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None, context: bool = False
+                  ) -> dict:
     from specd.worker.engine.engine import Engine
 
-    net = perturbed_net(drafter, tiny) if drafter in ("parallel", "semi-ar", "draft-model") else None
+    net = (perturbed_net(drafter, tiny, context) if drafter in ("parallel", "semi-ar", "draft-model")
+           else None)
     cfg = EngineConfig(drafter=drafter, max_slots=500, max_context=16, cost_profile="none", seed=5)
     engine = Engine(tiny, cfg, policy, drafter_net=net)
     if wrong_rule is not None:
@@ -119,15 +121,16 @@ POLICY = Policy(mode="scheduled", k_max=3, fixed_length=2, max_verify=3, surviva
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("drafter,policy", [
-    ("none", Policy(mode="plain")),
-    ("ngram", POLICY),
-    ("parallel", Policy(mode="fixed", k_max=3, fixed_length=2)),
-    ("semi-ar", POLICY),
-    ("draft-model", POLICY),
+@pytest.mark.parametrize("drafter,policy,context", [
+    ("none", Policy(mode="plain"), False),
+    ("ngram", POLICY, False),
+    ("parallel", Policy(mode="fixed", k_max=3, fixed_length=2), False),
+    ("semi-ar", POLICY, False),
+    ("semi-ar", POLICY, True),  # with the context layer (its own KV cache, fed hidden states)
+    ("draft-model", POLICY, False),
 ])
-def test_sampling_matches_target_distribution(tiny, exact, drafter, policy):
-    res = sample_counts(tiny, drafter, policy)
+def test_sampling_matches_target_distribution(tiny, exact, drafter, policy, context):
+    res = sample_counts(tiny, drafter, policy, context=context)
     if drafter != "none":
         assert res["accepted"] > SAMPLES // 10  # the accept path is really exercised
     pvalue = chi2_pvalue(res["counts"], exact)

@@ -60,7 +60,10 @@ class Cell:
             "peak_rss_mb": round(self.peak_rss_mb, 1),
             "drafter_memory_mb": (round(self.memory["drafter"] / 2**20, 2)
                                   if self.memory else None),
-            "drafter_memory_share": (self.memory["drafter"] / self.memory["target"]
+            # the drafter's weights and caches over the target's weights and KV cache (both
+            # caches are sized by the same slots x context)
+            "drafter_memory_share": (self.memory["drafter"]
+                                     / (self.memory["target"] + self.memory["kv_cache"])
                                      if self.memory else None),
             "step_cost_ms": ({str(t): round(sec * 1e3, 2) for t, sec in
                               zip(self.costs.tokens, self.costs.seconds, strict=True)}

@@ -23,6 +23,10 @@ class DraftRow:
     k: int  # how many tokens to propose (>= 1)
     temperature: float = 0.0  # 0: greedy drafting (q one-hot)
     generator: torch.Generator | None = None  # the request's own RNG (seeded requests)
+    # for drafters with ``needs_context``: the target's final-norm hidden states at the
+    # committed positions this drafter has not been given yet, oldest first, ending at the
+    # last cached position (whose next token is the pending one) [m, hidden]
+    context: torch.Tensor | None = None
 
 
 @dataclass
@@ -37,6 +41,7 @@ class Drafter:
 
     name = "none"
     needs_hidden = False  # True: propose() needs the target's final-norm hidden per row
+    needs_context = False  # True: rows carry the hidden states of every committed position
     max_k = 16
 
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,

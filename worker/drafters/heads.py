@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from specd.worker.drafters.base import Drafter, DraftRow, Proposal, group_rows
+from specd.worker.engine.llama import Row
 
 
 class HeadDrafter(Drafter):
@@ -47,3 +48,62 @@ class HeadDrafter(Drafter):
     def nbytes(self) -> int:
         own = sum(t.nbytes for t in self.net.state_dict().values())
         return own + self.net.sub_head.nbytes  # the vocabulary-restricted LM head copy
+
+
+class ContextHeadDrafter(HeadDrafter):
+    """A head drafter with a context layer (``nets.ContextEncoder``) in front.
+
+    Each round the engine hands every row the hidden states of its newly committed positions;
+    they go through the context layer (the engine's ragged forward, this drafter's own one-layer
+    KV cache, one slot per request) and the layer's output at the last position corrects h_p
+    before the heads draft. Only committed positions enter the cache, so it never rolls back.
+    """
+
+    needs_context = True
+
+    def __init__(self, name: str, net: torch.nn.Module, slots: int, max_context: int) -> None:
+        super().__init__(name, net)
+        self.encoder = net.context
+        self.runner = self.encoder.runner(net.embed_weight)
+        self.cache = self.runner.new_cache(slots, max_context)
+        self.slot: dict[str, int] = {}
+
+    def release(self, key: str) -> None:
+        slot = self.slot.pop(key, None)
+        if slot is not None:
+            self.cache.release(slot)
+
+    def nbytes(self) -> int:
+        return super().nbytes() + self.cache.nbytes
+
+    @torch.inference_mode()
+    def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
+                generator: torch.Generator | None = None) -> Proposal:
+        if hidden is None:
+            raise ValueError(f"drafter {self.name!r} needs the target's hidden states")
+        if not rows:
+            return Proposal([], [], [])
+        fwd, feats, nexts = [], [], []
+        for row in rows:
+            if row.key not in self.slot:
+                self.slot[row.key] = self.cache.allocate()
+            slot = self.slot[row.key]
+            seen = self.cache.lengths[slot]
+            m = 0 if row.context is None else row.context.shape[0]
+            if m == 0 or seen + m != len(row.tokens) - 1:
+                raise ValueError(f"request {row.key}: context drafter has {seen} positions and "
+                                 f"got {m} new ones for {len(row.tokens)} tokens")
+            nxt = row.tokens[seen + 1: seen + 1 + m]  # the token that followed each position
+            fwd.append((slot, nxt))
+            feats.append(row.context)
+            nexts.extend(nxt)
+        dtype = self.net.sub_head.dtype
+        flat = torch.cat(feats).to(dtype)
+        inputs = self.encoder.inputs(flat, self.net.embed(torch.tensor(nexts, device=flat.device)))
+        runner_rows, at = [], 0
+        for slot, nxt in fwd:
+            runner_rows.append(Row(slot, nxt, "last", embeds=inputs[at: at + len(nxt)]))
+            at += len(nxt)
+        out = self.runner.forward(self.cache, runner_rows, logits=False)
+        corrected = self.encoder.correct(hidden.to(dtype), out.hidden)
+        return super().propose(rows, corrected, generator)

@@ -40,6 +40,11 @@ Proposals. Every net returns a ``Draft``:
 
       draft = semi.propose(hidden, last_token, k, temperature=0.0, generator=None)
 
+    ``hidden`` is h_p, or, for a net with a context layer (``semi.context``, a
+    ``ContextEncoder``), h_p corrected by that layer: the engine's ``ContextHeadDrafter`` feeds
+    the layer the hidden states of every committed position (its own one-layer KV cache) and
+    passes ``semi.context.correct(h_p, out)``; over a whole sequence at once (training,
+    evaluation) ``semi.context(hidden_seq, embed(next_tokens))`` gives the same values.
     Internally: a parallel backbone fuses h_p with the embedding of x[p+1] and gives every
     position its own state; a GRU cell (the lightweight sequential head, ReDrafter/Hydra
     family) walks the embeddings of x[p+1], d_1, ..., d_{k-1} so position i conditions on
@@ -250,6 +255,107 @@ class ParallelHeads(_BoundHead):
         return Draft(torch.stack(tokens, 1), _stack_q(qs), self.calibrate(z), z)
 
 
+def _llama_config(hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int,
+                  intermediate_size: int, rope_theta: float, rms_norm_eps: float,
+                  max_position_embeddings: int) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=1, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                       num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                       intermediate_size=intermediate_size, rms_norm_eps=rms_norm_eps,
+                       max_position_embeddings=max_position_embeddings, rope_theta=rope_theta,
+                       pad_token_id=None, bos_token_id=None, eos_token_id=None,
+                       tie_word_embeddings=False)
+
+
+def context_config(target_config: Any) -> dict[str, Any]:
+    """A context layer shaped like one of the target's decoder layers."""
+    rope = getattr(target_config, "rope_parameters", None) or {}
+    return {"num_heads": target_config.num_attention_heads,
+            "num_kv_heads": target_config.num_key_value_heads,
+            "intermediate_size": target_config.intermediate_size,
+            "rope_theta": float(rope.get("rope_theta", getattr(target_config, "rope_theta", 1e4))),
+            "rms_norm_eps": target_config.rms_norm_eps}
+
+
+class ContextEncoder(nn.Module):
+    """EAGLE-style feature attention: one decoder layer over the target's own features.
+
+    Input at position t: u_t = W [h_t ; norm(e(x[t+1]))] (the target's final-norm hidden state
+    and the token that followed it); one causal Llama decoder layer with its own KV cache
+    reads u_0..u_t; the output, normed and projected (zero-initialised), corrects h_t:
+    h'_t = h_t + P norm(layer(u)_t). With P = 0 the drafter above it sees plain h_t, so the
+    context layer starts as a no-op and learns what attention over earlier positions adds
+    (copying from the prompt, structure, repeated names) that h_t alone does not carry.
+    At run time the layer runs through the engine's ragged forward (``runner()``), fed only
+    committed positions, so its cache never needs rolling back.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int,
+                 intermediate_size: int, rope_theta: float, rms_norm_eps: float = 1e-5,
+                 max_position_embeddings: int = 8192) -> None:
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        self.llama_config = _llama_config(hidden_size, 1, num_heads, num_kv_heads,
+                                          intermediate_size, rope_theta, rms_norm_eps,
+                                          max_position_embeddings)
+        h = hidden_size
+        self.tok_norm = nn.RMSNorm(h, eps=rms_norm_eps)
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        self.layer = LlamaDecoderLayer(self.llama_config, layer_idx=0)
+        self.norm = nn.RMSNorm(h, eps=rms_norm_eps)
+        self.proj = nn.Linear(h, h, bias=False)
+        nn.init.zeros_(self.proj.weight)
+        self.rotary = LlamaRotaryEmbedding(self.llama_config)
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = h // num_heads
+
+    def inputs(self, hidden: torch.Tensor, next_emb: torch.Tensor) -> torch.Tensor:
+        """[..., H] features and embeddings of the tokens that followed them -> layer inputs."""
+        return self.fc(torch.cat([hidden, self.tok_norm(next_emb)], dim=-1))
+
+    def correct(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Features and the (normed) layer outputs at the same positions -> corrected features."""
+        return hidden + self.proj(out)
+
+    def forward(self, hidden: torch.Tensor, next_emb: torch.Tensor,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Training / evaluation over whole sequences: hidden, next_emb [B, T, H] (right
+        padded to ``lengths``) -> corrected features [B, T, H] (causal: t sees 0..t)."""
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        b, t, _ = hidden.shape
+        x = self.inputs(hidden, next_emb)
+        pos = torch.arange(t, device=x.device)[None].expand(b, -1)
+        cos, sin = self.rotary(x, pos)
+        layer = self.layer
+        att = layer.self_attn
+        y = layer.input_layernorm(x)
+        q = att.q_proj(y).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = att.k_proj(y).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = att.v_proj(y).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        if lengths is not None:  # padded keys masked; padded queries see key 0 (never NaN)
+            keys_ok = torch.arange(t, device=x.device)[None] < lengths[:, None]
+            mask = (mask[None] & keys_ok[:, None, :])
+            mask[..., 0] = True
+            mask = mask[:, None]
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        x = x + att.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.correct(hidden, self.norm(x))
+
+    def runner(self, embed_weight: torch.Tensor) -> Any:
+        """The engine's batched forward over this one layer (inputs come as ``Row.embeds``)."""
+        from specd.worker.engine.llama import LlamaRunner
+
+        w = self.fc.weight
+        return LlamaRunner.from_parts(self.llama_config, embed_weight, [self.layer],
+                                      self.norm.weight, self.rotary, w.new_zeros(1, w.shape[0]))
+
+
 class SemiARDrafter(_BoundHead):
     """Scheme B: parallel backbone + GRU sequential head + confidence head.
 
@@ -261,12 +367,20 @@ class SemiARDrafter(_BoundHead):
     """
 
     def __init__(self, hidden_size: int, num_positions: int, vocab_ids: torch.Tensor,
-                 vocab_size: int, gru_size: int = 256, conf_size: int = 64) -> None:
+                 vocab_size: int, gru_size: int = 256, conf_size: int = 64,
+                 context: dict[str, Any] | None = None) -> None:
         super().__init__(vocab_ids, vocab_size, num_positions)
         self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
                        "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
                        "gru_size": gru_size, "conf_size": conf_size}
         h = hidden_size
+        # optional EAGLE-style context layer in front of the backbone (``ContextEncoder``):
+        # its kwargs, e.g. {"num_heads": 9, "num_kv_heads": 3, "intermediate_size": 1536,
+        # "rope_theta": 1e5}; None = the backbone reads h_p alone
+        self.context = None
+        if context:
+            self.config["context"] = dict(context)
+            self.context = ContextEncoder(hidden_size, **context)
         self.tok_norm = nn.RMSNorm(h, eps=1e-5)
         self.fuse = nn.Linear(2 * h, h)
         nn.init.zeros_(self.fuse.weight)
@@ -359,7 +473,7 @@ class DraftLM(_BoundHead):
                  rope_theta: float = 100000.0, rms_norm_eps: float = 1e-5,
                  max_position_embeddings: int = 8192) -> None:
         super().__init__(vocab_ids, vocab_size, num_positions)
-        from transformers import LlamaConfig, LlamaModel
+        from transformers import LlamaModel
 
         self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
                        "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
@@ -367,12 +481,8 @@ class DraftLM(_BoundHead):
                        "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size,
                        "rope_theta": rope_theta, "rms_norm_eps": rms_norm_eps,
                        "max_position_embeddings": max_position_embeddings}
-        cfg = LlamaConfig(vocab_size=1, hidden_size=hidden_size, num_hidden_layers=num_layers,
-                          num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-                          intermediate_size=intermediate_size, rms_norm_eps=rms_norm_eps,
-                          max_position_embeddings=max_position_embeddings,
-                          rope_theta=rope_theta, pad_token_id=None, bos_token_id=None,
-                          eos_token_id=None, tie_word_embeddings=False)
+        cfg = _llama_config(hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size,
+                            rope_theta, rms_norm_eps, max_position_embeddings)
         self.llama = LlamaModel(cfg)  # embeddings come from the target (inputs_embeds)
         self.llama.embed_tokens = None
 

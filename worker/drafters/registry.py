@@ -11,9 +11,12 @@ from specd.worker.drafters.base import Drafter
 UNTRAINED = "untrained"  # drafter_path value: randomly initialised nets (tests, smoke runs)
 
 
-def untrained_net(method: str, target_model: Any, num_positions: int = 8, seed: int = 0) -> Any:
-    """A freshly initialised net of ``method`` bound to the target (no artifact needed)."""
-    from specd.worker.drafters.nets import DraftLM, ParallelHeads, SemiARDrafter
+def untrained_net(method: str, target_model: Any, num_positions: int = 8, seed: int = 0,
+                  context: bool = False) -> Any:
+    """A freshly initialised net of ``method`` bound to the target (no artifact needed);
+    ``context``: semi-ar with a context layer (its output projection randomised too, so the
+    layer is exercised rather than starting as a no-op)."""
+    from specd.worker.drafters.nets import DraftLM, ParallelHeads, SemiARDrafter, context_config
 
     cfg = target_model.config
     vocab = cfg.vocab_size
@@ -23,7 +26,10 @@ def untrained_net(method: str, target_model: Any, num_positions: int = 8, seed: 
     if method == "parallel":
         net = ParallelHeads(hidden, num_positions, vocab_ids, vocab)
     elif method == "semi-ar":
-        net = SemiARDrafter(hidden, num_positions, vocab_ids, vocab)
+        net = SemiARDrafter(hidden, num_positions, vocab_ids, vocab,
+                            context=context_config(cfg) if context else None)
+        if context:
+            torch.nn.init.normal_(net.context.proj.weight, std=0.02)
     elif method == "draft-model":
         rope = getattr(cfg, "rope_parameters", None) or {}
         theta = rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
@@ -44,7 +50,7 @@ def build_drafter(name: str, target: Any, path: str | None = None, slots: int = 
     """``target``: a LoadedModel. ``path``: an artifact folder, ``untrained``, or None for the
     committed artifact of that name. ``net``: an already bound net (overrides ``path``)."""
     from specd.worker.drafters.draft_model import DraftModelDrafter
-    from specd.worker.drafters.heads import HeadDrafter
+    from specd.worker.drafters.heads import ContextHeadDrafter, HeadDrafter
     from specd.worker.drafters.ngram import NgramDrafter
 
     if name == "none":
@@ -63,6 +69,8 @@ def build_drafter(name: str, target: Any, path: str | None = None, slots: int = 
 
                 raise SpecdError(f"artifact {path} holds a {net.method!r} drafter, not {name!r}")
     if name in ("parallel", "semi-ar"):
+        if getattr(net, "context", None) is not None:
+            return ContextHeadDrafter(name, net, slots, max_context)
         return HeadDrafter(name, net)
     if name == "draft-model":
         return DraftModelDrafter(net, slots, max_context)

@@ -62,6 +62,8 @@ class _Seq:
         self.slot: int | None = None
         self.decoding = False
         self.hidden: torch.Tensor | None = None
+        # hidden states of committed positions not yet handed to a context drafter
+        self.context: list[torch.Tensor] = []
         self.output: list[int] = []
         self.spec = SpecStats()
         seed = self.params.seed
@@ -174,16 +176,22 @@ class EngineCore:
         raw_conf: dict[int, list[float]] = {}
         if speculate:
             rows, idx = [], []
+            with_context = self.drafter.needs_context
             for i, s in enumerate(decode):
                 k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
                 if k > 0:
-                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature, s.generator))
+                    ctx = torch.cat(s.context) if with_context else None
+                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature, s.generator,
+                                         ctx))
                     idx.append(i)
             if rows:
                 td = time.perf_counter()
                 hidden = (torch.stack([decode[i].hidden for i in idx])
                           if self.drafter.needs_hidden else None)
                 prop = self.drafter.propose(rows, hidden, self.generator)
+                if with_context:  # the drafter has them now
+                    for i in idx:
+                        decode[i].context = []
                 raw = prop.confidence
                 for j, i in enumerate(idx):
                     drafts[i] = prop.tokens[j]
@@ -212,7 +220,12 @@ class EngineCore:
             s.prefilled += n
             if final:
                 finals.append(s)
-        out = self.runner.forward(self.cache, rows)
+        with_context = self.drafter.needs_context
+        out = self.runner.forward(self.cache, rows, all_hidden=with_context)
+        if with_context:  # prefill chunks: every prompt position is committed
+            for j, (s, n) in enumerate(chunks):
+                at = out.flat_starts[len(decode) + j]
+                s.context.append(out.all_hidden[at: at + n].clone())
         # rows to verify: decoding requests, then prefills that just finished (no drafts)
         entries = [(s, d[:v], qs[i], out.starts[i]) for i, (s, v, d) in
                    enumerate(zip(decode, lengths, drafts, strict=True))]
@@ -228,6 +241,9 @@ class EngineCore:
         for e, (s, d, _q, start) in enumerate(entries):
             accepted, nxt = results[e]
             s.hidden = out.hidden[start + accepted]
+            if e < n_dec and with_context:  # the pending token and the accepted drafts
+                at = out.flat_starts[e]
+                s.context.append(out.all_hidden[at: at + accepted + 1].clone())
             if e < n_dec:
                 self.cache.truncate(s.slot, kv_before[e] + 1 + accepted)
                 s.spec.rounds += 1

@@ -33,6 +33,9 @@ class Row:
     slot: int
     tokens: list[int]
     want: Want = "all"  # which positions return hidden states and logits
+    # input vectors [len(tokens), hidden] used instead of the token embeddings (a drafter's
+    # context layer feeds fused target features); ``tokens`` then only sets the count
+    embeds: torch.Tensor | None = None
 
 
 @dataclass
@@ -41,6 +44,10 @@ class ForwardOutput:
     logits: torch.Tensor | None  # [M, vocab] float32, None when not asked for
     starts: list[int]  # row r's outputs are hidden[starts[r] : starts[r] + counts[r]]
     counts: list[int]
+    # with ``forward(..., all_hidden=True)``: final-norm hidden of every token run, row r's
+    # real tokens at all_hidden[flat_starts[r] : flat_starts[r] + len(rows[r].tokens)]
+    all_hidden: torch.Tensor | None = None
+    flat_starts: list[int] | None = None
 
 
 class LlamaRunner:
@@ -111,8 +118,10 @@ class LlamaRunner:
         return w * xf.to(x.dtype)
 
     @torch.inference_mode()
-    def forward(self, cache: KVCache, rows: list[Row], logits: bool = True) -> ForwardOutput:
-        """Append each row's tokens to its slot and return outputs for the wanted positions."""
+    def forward(self, cache: KVCache, rows: list[Row], logits: bool = True,
+                all_hidden: bool = False) -> ForwardOutput:
+        """Append each row's tokens to its slot and return outputs for the wanted positions
+        (and, with ``all_hidden``, the final-norm hidden state of every token)."""
         dev = self.device
         n_rows = len(rows)
         counts_in = [len(r.tokens) for r in rows]
@@ -153,7 +162,7 @@ class LlamaRunner:
 
         groups = self._attention_groups(rows, starts_in, counts_fwd)
 
-        x = F.embedding(tok, self.embed)
+        x = self._inputs(rows, tok, counts_in, counts_fwd)
         cos, sin = self.rotary(x[None], pos[None])  # [1, total, head_dim]
         cos = cos[0][:, None, :]
         sin = sin[0][:, None, :]
@@ -179,10 +188,38 @@ class LlamaRunner:
 
         for r, n in zip(rows, counts_in, strict=True):
             cache.lengths[r.slot] += n
-        sel = x[torch.tensor(out_idx, dtype=torch.long, device=dev)] if len(out_idx) != total else x
-        hidden = self._rms(sel, self.norm_w)
+        flat_hidden, flat_starts = None, None
+        if all_hidden:
+            flat_hidden = self._rms(x, self.norm_w)
+            flat_starts = [0]
+            for nf in counts_fwd[:-1]:
+                flat_starts.append(flat_starts[-1] + nf)
+        if flat_hidden is not None:
+            hidden = flat_hidden[torch.tensor(out_idx, dtype=torch.long, device=dev)]
+        else:
+            sel = x[torch.tensor(out_idx, dtype=torch.long, device=dev)] if len(out_idx) != total else x
+            hidden = self._rms(sel, self.norm_w)
         out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
-        return ForwardOutput(hidden, out_logits, out_starts, out_counts)
+        return ForwardOutput(hidden, out_logits, out_starts, out_counts, flat_hidden, flat_starts)
+
+    def _inputs(self, rows: list[Row], tok: torch.Tensor, counts: list[int],
+                counts_fwd: list[int]) -> torch.Tensor:
+        """Token embeddings, or the rows' own input vectors where they bring them."""
+        if all(r.embeds is None for r in rows):
+            return F.embedding(tok, self.embed)
+        parts, offset = [], 0
+        for r, n, nf in zip(rows, counts, counts_fwd, strict=True):
+            if r.embeds is None:
+                e = F.embedding(tok[offset: offset + nf], self.embed)
+            else:
+                if r.embeds.shape[0] != n:
+                    raise ValueError(f"slot {r.slot}: {r.embeds.shape[0]} input vectors for {n} tokens")
+                e = r.embeds.to(self.dtype)
+                if nf > n:  # padding repeats the last input, like the token padding
+                    e = torch.cat([e, e[-1:].expand(nf - n, -1)])
+            parts.append(e)
+            offset += nf
+        return torch.cat(parts)
 
     def _padded_counts(self, cache: KVCache, starts: list[int], counts: list[int]) -> list[int]:
         """Per-row token counts to run: ``counts`` plus ``pad_to``'s padding on the row with

@@ -91,13 +91,17 @@ def apply_platt(z: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def head_confidences(net: Any, split: Split, K: int, batch_size: int = 512
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Teacher-forced raw confidence logits z, acceptance y and reached mask, each [N, K]."""
-    from specd.worker.training.train_heads import Teacher, head_examples, head_logits
+    from specd.worker.training.train_heads import head_logits, make_teacher
 
-    teacher = Teacher(split, head_examples(split, K), net.sub_index(), str(net.sub_head.device))
+    teacher = make_teacher(net, split, K)
+    if getattr(net, "context", None) is not None:
+        batch_size = 8  # sequences
     zs, ys, alive = [], [], []
-    for start in range(0, len(teacher.ex), batch_size):
-        batch = teacher.batch(np.arange(start, min(len(teacher.ex), start + batch_size)))
-        batch["hidden"] = batch["hidden"].to(net.sub_head.dtype)
+    for start in range(0, teacher.n, batch_size):
+        batch = teacher.batch(np.arange(start, min(teacher.n, start + batch_size)))
+        for key in ("hidden", "seq_hidden"):
+            if key in batch:
+                batch[key] = batch[key].to(net.sub_head.dtype)
         logits, conf = head_logits(net, batch)
         z = conf if conf is not None else _max_prob_logit(logits)
         acc = (logits.argmax(-1) == batch["top1"]) & batch["valid"]

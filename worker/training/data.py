@@ -360,12 +360,22 @@ class Split:
     topk_lp: np.ndarray
     prompt_index: np.ndarray
     sampled: np.ndarray
+    # hidden states of prompt positions 0..P-2 (``add_prompt_hidden``), for context layers
+    prompt_hidden: np.ndarray | None = None  # [sum(P-1), H] fp16
+    prompt_hidden_off: np.ndarray | None = None  # [n+1]
 
     def __len__(self) -> int:
         return len(self.prompt_len)
 
     def sequence(self, i: int) -> np.ndarray:
         return self.seq_ids[self.seq_off[i]:self.seq_off[i + 1]]
+
+    def sequence_hidden(self, i: int) -> np.ndarray:
+        """Hidden state at every position 0..L-1 of sequence i (needs ``prompt_hidden``)."""
+        if self.prompt_hidden is None or self.prompt_hidden_off is None:
+            raise ValueError("this split has no prompt hidden states: run add_prompt_hidden")
+        head = self.prompt_hidden[self.prompt_hidden_off[i]:self.prompt_hidden_off[i + 1]]
+        return np.concatenate([head, self.hidden[self.row_off[i]:self.row_off[i + 1]]])
 
     def row_tokens(self) -> np.ndarray:
         """Token x[p] for every row (aligned with ``hidden``)."""
@@ -376,11 +386,64 @@ class Split:
         return out
 
 
+OPTIONAL_FIELDS = ("prompt_hidden", "prompt_hidden_off")
+
+
 def load_split(directory: str | os.PathLike[str], split: str) -> Split:
     d = Path(directory) / split
-    fields = {name: np.load(d / f"{name}.npy", mmap_mode="r" if name == "hidden" else None)
-              for name in Split.__dataclass_fields__}
+    fields = {name: np.load(d / f"{name}.npy", mmap_mode="r" if "hidden" in name and
+                            not name.endswith("_off") else None)
+              for name in Split.__dataclass_fields__
+              if name not in OPTIONAL_FIELDS or (d / f"{name}.npy").is_file()}
     return Split(**fields)
+
+
+@torch.inference_mode()
+def add_prompt_hidden(target: Any, directory: str | os.PathLike[str], progress: bool = True,
+                      batch_size: int = 16) -> None:
+    """Record the target's hidden states at prompt positions 0..P-2 of every sequence.
+
+    The decode loop records hidden states from the last prompt token on; a drafter with a
+    context layer also reads the prompt's, as the engine gives it after prefill. One batched
+    prefill per distinct prompt, in the data set's generation dtype, through the engine's
+    forward; saved beside the split as ``prompt_hidden.npy`` / ``prompt_hidden_off.npy``.
+    """
+    from tqdm import tqdm
+
+    from specd.worker.engine.llama import Row
+
+    directory = Path(directory)
+    settings = DataSettings(**load_meta(directory)["settings"])
+    decoder = _BatchDecoder(target, settings)
+    runner = decoder.runner
+    if runner is None:
+        raise ValueError("prompt hidden states need a Llama-architecture target")
+    for name in SPLITS:
+        if (directory / name / "prompt_hidden.npy").is_file():
+            continue
+        split = load_split(directory, name)
+        prompts = {int(split.prompt_index[i]): [int(t) for t in
+                                                split.sequence(i)[:int(split.prompt_len[i])]]
+                   for i in range(len(split))}
+        keys = sorted(prompts)
+        longest = max(len(p) for p in prompts.values())
+        cache = runner.new_cache(batch_size, longest)
+        got: dict[int, np.ndarray] = {}
+        for start in tqdm(range(0, len(keys), batch_size), desc=f"prompt hidden {name}",
+                          disable=not progress):
+            chunk = keys[start:start + batch_size]
+            for slot in range(batch_size):
+                cache.lengths[slot] = 0
+            rows = [Row(j, prompts[key], "none") for j, key in enumerate(chunk)]
+            out = runner.forward(cache, rows, logits=False, all_hidden=True)
+            flat = out.all_hidden.to(torch.float16).cpu().numpy()
+            for j, key in enumerate(chunk):
+                n = len(prompts[key]) - 1
+                got[key] = flat[out.flat_starts[j]: out.flat_starts[j] + n]
+        parts = [got[int(split.prompt_index[i])] for i in range(len(split))]
+        off = np.cumsum([0] + [len(x) for x in parts]).astype(np.int64)
+        np.save(directory / name / "prompt_hidden_off.npy", off)
+        np.save(directory / name / "prompt_hidden.npy", np.concatenate(parts))
 
 
 def load_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -42,11 +42,28 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def runtime_drafter(net: Any, max_context: int) -> Any:
+    """The engine's runtime drafter for nets with state across rounds (the draft model's KV
+    cache, a context layer's KV cache), so drafting is timed on the engine's own path;
+    None for stateless heads (they are called directly)."""
+    if isinstance(net, DraftLM):
+        from specd.worker.drafters.draft_model import DraftModelDrafter
+
+        return DraftModelDrafter(net, slots=1, max_context=max_context)
+    if getattr(net, "context", None) is not None:
+        from specd.worker.drafters.heads import ContextHeadDrafter
+
+        return ContextHeadDrafter("semi-ar", net, slots=1, max_context=max_context)
+    return None
+
+
 @torch.inference_mode()
 def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: int,
                 eos_id: int | None) -> dict[str, Any]:
     """A real greedy speculative loop (batch 1). Returns tokens, rounds and timings."""
     from transformers import DynamicCache
+
+    from specd.worker.drafters.base import DraftRow
 
     dev = target.device
     cache = DynamicCache()
@@ -54,20 +71,20 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
     last = int(target.model.lm_head(hidden[-1]).argmax())
     h = hidden[-1]
     out = [last]
-    d_cache = DynamicCache() if isinstance(drafter, DraftLM) else None
-    d_pending = list(prompt) + [last]  # tokens the draft model's cache lacks
+    stateful = runtime_drafter(drafter, len(prompt) + max_new + K + 1)
+    committed_ids = list(prompt) + [last]
+    new_context = hidden  # hidden states of committed positions the drafter has not seen
     rounds, draft_t, verify_t = 0, [], []
     while len(out) < max_new and (eos_id is None or out[-1] != eos_id):
         k = min(K, max_new - len(out))
         _sync(dev)
         t0 = time.perf_counter()
-        if d_cache is not None:
-            base = d_cache.get_seq_length()
-            draft, d_cache = drafter.propose(torch.tensor([d_pending], device=dev), d_cache, k)
-            seen = base + len(d_pending)
+        if stateful is not None:
+            row = DraftRow("eval", committed_ids, k,
+                           context=new_context if stateful.needs_context else None)
+            drafts = list(stateful.propose([row], h[None]).tokens[0])
         else:
-            draft = drafter.propose(h[None], torch.tensor([last], device=dev), k)
-        drafts = draft.tokens[0].tolist()
+            drafts = drafter.propose(h[None], torch.tensor([last], device=dev), k).tokens[0].tolist()
         _sync(dev)
         t1 = time.perf_counter()
         base_len = cache.get_seq_length()
@@ -82,12 +99,10 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
         if eos_id is not None and eos_id in committed:
             committed = committed[:committed.index(eos_id) + 1]
         out += committed
+        committed_ids += committed
+        new_context = rows[:a + 1]
         crop_cache(cache, base_len + 1 + a)
         h, last = rows[a], preds[a]
-        if d_cache is not None:  # keep last + accepted drafts, feed the new token next round
-            crop_cache(d_cache, seen + a)
-            # d_k was drafted but never fed to the draft model: feed it with the new token
-            d_pending = [drafts[k - 1], last] if a == k else [last]
         rounds += 1
         draft_t.append(t1 - t0)
         verify_t.append(t2 - t1)
@@ -124,6 +139,10 @@ def run_lengths(target: Any, drafter: Any, prompt: list[int], seq: list[int], Km
         tokens, z, conf = torch.stack(toks), torch.stack(zs), torch.stack(cs)
     else:
         h = hidden[P - 1:P - 1 + n]
+        if getattr(drafter, "context", None) is not None:  # one causal pass = the engine's path
+            ids = torch.tensor(full, device=dev)
+            h = drafter.context(hidden[None, :P - 1 + n], drafter.embed(ids[None, 1:P + n]))[0]
+            h = h[P - 1:P - 1 + n]
         last = torch.tensor(seq[:n], device=dev)
         draft = drafter.propose(h, last, Kmax)
         tokens, z, conf = draft.tokens, draft.confidence_logit, draft.confidence

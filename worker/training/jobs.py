@@ -19,14 +19,20 @@ log = logging.getLogger("specd.train")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "parallel": {"epochs": 3.0, "batch_size": 256, "lr": 3e-3, "num_vocab": 3072},
     "semi-ar": {"epochs": 3.0, "batch_size": 256, "lr": 3e-3, "num_vocab": 3072},
+    # semi-ar with its context layer: batches are whole sequences
+    "semi-ar-context": {"epochs": 2.0, "batch_size": 8, "lr": 2e-3, "num_vocab": 3072},
     "draft-model": {"epochs": 4.0, "batch_size": 8, "lr": 1.5e-3, "num_vocab": 3072},
 }
+
+
+def _uses_context(args: argparse.Namespace, method: str) -> bool:
+    return method == "semi-ar" and getattr(args, "context_layer", False)
 
 
 def _settings(args: argparse.Namespace, method: str) -> Any:
     from specd.worker.training.trainer import TrainSettings
 
-    d = DEFAULTS[method]
+    d = DEFAULTS["semi-ar-context" if _uses_context(args, method) else method]
     return TrainSettings(epochs=args.epochs or d["epochs"], batch_size=args.batch_size or d["batch_size"],
                          lr=args.lr or d["lr"], seed=args.seed,
                          warmup_steps=20 if method == "draft-model" else 50)
@@ -44,13 +50,16 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
 
     from specd.worker.drafters.artifacts import save_drafter
     from specd.worker.training.calibrate import calibrate
-    from specd.worker.training.data import load_meta, load_split
+    from specd.worker.training.data import add_prompt_hidden, load_meta, load_split
     from specd.worker.training.train_draft_lm import train_draft_lm
     from specd.worker.training.train_heads import frequent_vocab, train_heads
     from specd.worker.training.trainer import checkpoint_root
 
     torch.manual_seed(args.seed)
     meta = load_meta(data_dir)
+    context = _uses_context(args, method)
+    if context:  # the context layer also reads the prompt's hidden states
+        add_prompt_hidden(target, data_dir, progress=not args.no_progress)
     train, calib, test = (load_split(data_dir, s) for s in ("train", "calib", "test"))
     num_vocab = args.num_vocab or DEFAULTS[method]["num_vocab"]
     vocab_ids = frequent_vocab(train, num_vocab, [target.tokenizer.eos_token_id])
@@ -59,14 +68,23 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
              len(vocab_ids), 100 * coverage)
     settings = _settings(args, method)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_root()
-    ckpt = ckpt_dir / f"{meta['hash']}-{method}-K{args.K}-s{args.seed}.pt"
+    variant = ("-ctx" if context else "") + ("-warm" if getattr(args, "init_from", None) else "")
+    ckpt = ckpt_dir / f"{meta['hash']}-{method}{variant}-K{args.K}-s{args.seed}.pt"
     started = time.perf_counter()
     if method == "draft-model":
         net, history = train_draft_lm(target, train, calib, args.K, vocab_ids, settings, ckpt,
                                       num_layers=args.draft_layers, progress=not args.no_progress)
     else:
+        init = None
+        if getattr(args, "init_from", None):
+            from specd.worker.drafters.artifacts import load_drafter
+
+            init = load_drafter(args.init_from, target)
+            if init.method != method:
+                raise SpecdError(f"--init-from holds a {init.method!r} drafter, not {method!r}")
         net, history = train_heads(method, target, train, calib, args.K, vocab_ids, settings,
-                                   ckpt, progress=not args.no_progress)
+                                   ckpt, progress=not args.no_progress, context=context,
+                                   init_from=init)
     train_s = time.perf_counter() - started
     cal = calibrate(net, calib, test, args.K)
     log.info("%s: ECE on held-out data %.4f -> %.4f after calibration", method,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from specd.worker.drafters.nets import ParallelHeads, SemiARDrafter
+from specd.worker.drafters.nets import ParallelHeads, SemiARDrafter, context_config
 from specd.worker.training.data import Split
 from specd.worker.training.trainer import TrainSettings, fit
 
@@ -82,6 +82,11 @@ class Teacher:
         self.topk_p = torch.from_numpy(np.exp(split.topk_lp.astype(np.float32)))
         self.ex, self.sub_index, self.device = ex, sub_index.cpu(), device
 
+    @property
+    def n(self) -> int:
+        """Batches index examples."""
+        return len(self.ex)
+
     def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
         ex = self.ex
         rows = torch.from_numpy(ex.rows[idx])
@@ -101,6 +106,58 @@ class Teacher:
         return {k: v.to(self.device) for k, v in out.items()}
 
 
+class SequenceTeacher:
+    """For drafters with a context layer: batches index whole sequences.
+
+    A batch holds the sequences' features at every position and the tokens that followed
+    (right padded), plus every example (position p of a continuation) of those sequences,
+    located by (sequence in batch, position): the loss runs the context layer over the
+    sequences and picks the corrected features at the examples' positions.
+    """
+
+    def __init__(self, split: Split, K: int, sub_index: torch.Tensor, device: str) -> None:
+        self.split = split
+        self.ex = head_examples(split, K)
+        self.examples = Teacher(split, self.ex, sub_index, device)
+        counts = [max(0, len(split.sequence(s)) - int(split.prompt_len[s]) - 1)
+                  for s in range(len(split))]
+        self.ex_off = np.cumsum([0] + counts).astype(np.int64)
+        self.device = device
+
+    @property
+    def n(self) -> int:
+        return len(self.split)
+
+    def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        sp = self.split
+        seqs = [np.asarray(sp.sequence(int(s)), dtype=np.int64) for s in idx]
+        T = max(len(x) - 1 for x in seqs)
+        feats = torch.zeros(len(idx), T, sp.hidden.shape[1])
+        nxt = torch.zeros(len(idx), T, dtype=torch.long)
+        lengths = torch.tensor([len(x) - 1 for x in seqs])
+        ex_idx, sel_b, sel_t = [], [], []
+        for b, (s, seq) in enumerate(zip(idx, seqs, strict=True)):
+            L, P = len(seq), int(sp.prompt_len[s])
+            feats[b, :L - 1] = torch.from_numpy(sp.sequence_hidden(int(s))[:L - 1].astype(np.float32))
+            nxt[b, :L - 1] = torch.from_numpy(seq[1:])
+            lo, hi = self.ex_off[s], self.ex_off[s + 1]
+            ex_idx.append(np.arange(lo, hi))
+            sel_b += [b] * int(hi - lo)
+            sel_t += list(range(P - 1, P - 1 + int(hi - lo)))
+        out = self.examples.batch(np.concatenate(ex_idx))
+        extra = {"seq_hidden": feats, "seq_next": nxt, "seq_len": lengths,
+                 "sel_b": torch.tensor(sel_b), "sel_t": torch.tensor(sel_t)}
+        out.update({k: v.to(self.device) for k, v in extra.items()})
+        return out
+
+
+def make_teacher(net: Any, split: Split, K: int) -> Teacher | SequenceTeacher:
+    device = str(net.sub_head.device)
+    if getattr(net, "context", None) is not None:
+        return SequenceTeacher(split, K, net.sub_index(), device)
+    return Teacher(split, head_examples(split, K), net.sub_index(), device)
+
+
 def kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Soft cross-entropy per (example, position) [B, K] and the validity mask."""
     logq = torch.log_softmax(logits.float(), dim=-1)
@@ -110,7 +167,11 @@ def kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch
 
 def head_logits(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
     if isinstance(net, SemiARDrafter):
-        return net(batch["hidden"], batch["prev"])
+        hidden = batch["hidden"]
+        if "seq_hidden" in batch:  # context layer over whole sequences, then the examples
+            ctx = net.context(batch["seq_hidden"], net.embed(batch["seq_next"]), batch["seq_len"])
+            hidden = ctx[batch["sel_b"], batch["sel_t"]]
+        return net(hidden, batch["prev"])
     return net(batch["hidden"]), None
 
 
@@ -127,10 +188,11 @@ def loss_fn(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dic
 
 
 @torch.no_grad()
-def evaluate_heads(net: Any, teacher: Teacher, K: int, batch_size: int = 512
-                   ) -> dict[str, Any]:
+def evaluate_heads(net: Any, teacher: Teacher | SequenceTeacher, K: int,
+                   batch_size: int | None = None) -> dict[str, Any]:
     """Held-out KD loss, teacher-forced acceptance per position and expected tau(5)."""
-    n = len(teacher.ex)
+    n = teacher.n
+    batch_size = batch_size or (512 if isinstance(teacher, Teacher) else 8)
     losses, valids, accepts, confs = [], [], [], []
     for start in range(0, n, batch_size):
         batch = teacher.batch(np.arange(start, min(n, start + batch_size)))
@@ -153,27 +215,50 @@ def evaluate_heads(net: Any, teacher: Teacher, K: int, batch_size: int = 512
             "heldout_tau5": float(run.clamp(max=5).mean() + 1)}
 
 
-def make_net(method: str, hidden_size: int, K: int, vocab_ids: torch.Tensor,
-             vocab_size: int) -> ParallelHeads | SemiARDrafter:
+def make_net(method: str, target_config: Any, K: int, vocab_ids: torch.Tensor,
+             context: bool = False) -> ParallelHeads | SemiARDrafter:
+    hidden_size, vocab_size = target_config.hidden_size, target_config.vocab_size
     if method == "parallel":
         return ParallelHeads(hidden_size, K, vocab_ids, vocab_size)
     if method == "semi-ar":
-        return SemiARDrafter(hidden_size, K, vocab_ids, vocab_size)
+        return SemiARDrafter(hidden_size, K, vocab_ids, vocab_size,
+                             context=context_config(target_config) if context else None)
     raise ValueError(method)
+
+
+def warm_start(net: Any, source: Any) -> None:
+    """Copy every weight ``source`` has in the same shape; refuse another output vocabulary."""
+    if not torch.equal(net.vocab_ids.cpu(), source.vocab_ids.cpu()):
+        raise ValueError("warm start needs the same output vocabulary (same data and --num-vocab)")
+    own = net.state_dict()
+    shared = {k: v for k, v in source.state_dict().items()
+              if k in own and own[k].shape == v.shape and not k.startswith("calib_")}
+    net.load_state_dict(shared, strict=False)
 
 
 def train_heads(method: str, target: Any, train: Split, calib: Split, K: int,
                 vocab_ids: torch.Tensor, settings: TrainSettings, checkpoint: Path | None,
-                progress: bool = True, max_eval_examples: int = 6000
-                ) -> tuple[Any, list[dict[str, Any]]]:
-    """Train one head drafter; returns (net bound to target, history)."""
-    cfg = target.model.config
-    net = make_net(method, cfg.hidden_size, K, vocab_ids, cfg.vocab_size).bind(target)
+                progress: bool = True, max_eval_examples: int = 6000, context: bool = False,
+                init_from: Any = None) -> tuple[Any, list[dict[str, Any]]]:
+    """Train one head drafter; returns (net bound to target, history).
+
+    ``init_from``: a trained net of the same method whose weights start this one (warm
+    start; e.g. the semi-ar heads trained without a context layer, which the zero-initialised
+    context projection leaves exactly as they were at step 0).
+    """
+    net = make_net(method, target.model.config, K, vocab_ids, context).bind(target)
+    if init_from is not None:
+        warm_start(net, init_from)
     net.float()  # train in fp32 master weights (autocast does bf16 matmuls)
     net.sub_head = net.sub_head.float()
     net.embed_weight = net.embed_weight.float()
     device = str(net.sub_head.device)
     sub_index = net.sub_index()
+    if context:  # whole sequences per batch; the calibration split is small enough to use all
+        tr, ev = SequenceTeacher(train, K, sub_index, device), SequenceTeacher(calib, K, sub_index, device)
+        history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+                      settings, checkpoint, progress, desc=method)
+        return net, history
     tr = Teacher(train, head_examples(train, K), sub_index, device)
     ev_ex = head_examples(calib, K)
     if len(ev_ex) > max_eval_examples:  # bounded eval cost: a fixed, spread-out subset
@@ -181,6 +266,6 @@ def train_heads(method: str, target: Any, train: Split, calib: Split, K: int,
         ev_ex = HeadExamples(ev_ex.rows[keep], ev_ex.last[keep], ev_ex.targets[keep],
                              ev_ex.teacher_rows[keep])
     ev = Teacher(calib, ev_ex, sub_index, device)
-    history = fit(net, len(tr.ex), tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+    history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
                   settings, checkpoint, progress, desc=method)
     return net, history

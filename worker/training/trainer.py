@@ -101,7 +101,7 @@ def fit(net: torch.nn.Module, n_examples: int,
             torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             opt.step()
             step += 1
-            running.append(float(loss))
+            running.append(float(loss.detach()))
             bar.update(1)
             bar.set_postfix(loss=f"{np.mean(running[-50:]):.3f}", **{
                 k: f"{v:.3f}" for k, v in stats.items()})
