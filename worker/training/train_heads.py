@@ -229,7 +229,10 @@ def make_net(method: str, target_config: Any, K: int, vocab_ids: torch.Tensor,
 def warm_start(net: Any, source: Any) -> None:
     """Copy every weight ``source`` has in the same shape; refuse another output vocabulary."""
     if not torch.equal(net.vocab_ids.cpu(), source.vocab_ids.cpu()):
-        raise ValueError("warm start needs the same output vocabulary (same data and --num-vocab)")
+        from specd import SpecdError
+
+        raise SpecdError("--init-from: the artifact has another output vocabulary (train it on "
+                         "the same data with the same --num-vocab)")
     own = net.state_dict()
     shared = {k: v for k, v in source.state_dict().items()
               if k in own and own[k].shape == v.shape and not k.startswith("calib_")}
