@@ -443,7 +443,9 @@ def add_prompt_hidden(target: Any, directory: str | os.PathLike[str], progress: 
         parts = [got[int(split.prompt_index[i])] for i in range(len(split))]
         off = np.cumsum([0] + [len(x) for x in parts]).astype(np.int64)
         np.save(directory / name / "prompt_hidden_off.npy", off)
-        np.save(directory / name / "prompt_hidden.npy", np.concatenate(parts))
+        tmp = directory / name / "prompt_hidden.tmp.npy"  # complete or absent: resumable
+        np.save(tmp, np.concatenate(parts))
+        tmp.rename(directory / name / "prompt_hidden.npy")
 
 
 def load_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
