@@ -166,6 +166,7 @@ class EngineCore:
         base_tokens = len(decode) + sum(n for _, n in chunks)
 
         # draft (scheduled mode skips the drafter when a plain round is predicted to win)
+        with_context = self.drafter.needs_context  # the drafter reads every committed position
         speculate = policy.mode != "plain" and self.drafter.name != "none" and bool(decode)
         if speculate and policy.mode == "scheduled":
             speculate = self._draft_pays(policy, len(decode), base_tokens)
@@ -176,7 +177,6 @@ class EngineCore:
         raw_conf: dict[int, list[float]] = {}
         if speculate:
             rows, idx = [], []
-            with_context = self.drafter.needs_context
             for i, s in enumerate(decode):
                 k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
                 if k > 0:
@@ -220,7 +220,6 @@ class EngineCore:
             s.prefilled += n
             if final:
                 finals.append(s)
-        with_context = self.drafter.needs_context
         out = self.runner.forward(self.cache, rows, all_hidden=with_context)
         if with_context:  # prefill chunks: every prompt position is committed
             for j, (s, n) in enumerate(chunks):

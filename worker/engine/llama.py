@@ -150,9 +150,11 @@ class LlamaRunner:
         out_idx: list[int] = []
         out_starts: list[int] = []
         out_counts: list[int] = []
+        flat_starts: list[int] = []  # where each row's tokens start in the flat batch
         offset = 0
         for r, n, nf in zip(rows, counts_in, counts_fwd, strict=True):
             out_starts.append(len(out_idx))
+            flat_starts.append(offset)
             if r.want == "all":
                 out_idx.extend(range(offset, offset + n))
             elif r.want == "last":
@@ -188,19 +190,15 @@ class LlamaRunner:
 
         for r, n in zip(rows, counts_in, strict=True):
             cache.lengths[r.slot] += n
-        flat_hidden, flat_starts = None, None
-        if all_hidden:
-            flat_hidden = self._rms(x, self.norm_w)
-            flat_starts = [0]
-            for nf in counts_fwd[:-1]:
-                flat_starts.append(flat_starts[-1] + nf)
+        flat_hidden = self._rms(x, self.norm_w) if all_hidden else None
         if flat_hidden is not None:
             hidden = flat_hidden[torch.tensor(out_idx, dtype=torch.long, device=dev)]
         else:
             sel = x[torch.tensor(out_idx, dtype=torch.long, device=dev)] if len(out_idx) != total else x
             hidden = self._rms(sel, self.norm_w)
         out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
-        return ForwardOutput(hidden, out_logits, out_starts, out_counts, flat_hidden, flat_starts)
+        return ForwardOutput(hidden, out_logits, out_starts, out_counts, flat_hidden,
+                             flat_starts if all_hidden else None)
 
     def _inputs(self, rows: list[Row], tok: torch.Tensor, counts: list[int],
                 counts_fwd: list[int]) -> torch.Tensor:

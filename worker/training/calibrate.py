@@ -88,14 +88,13 @@ def apply_platt(z: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def head_confidences(net: Any, split: Split, K: int, batch_size: int = 512
+def head_confidences(net: Any, split: Split, K: int, batch_size: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Teacher-forced raw confidence logits z, acceptance y and reached mask, each [N, K]."""
     from specd.worker.training.train_heads import head_logits, make_teacher
 
     teacher = make_teacher(net, split, K)
-    if getattr(net, "context", None) is not None:
-        batch_size = 8  # sequences
+    batch_size = batch_size or teacher.eval_batch
     zs, ys, alive = [], [], []
     for start in range(0, teacher.n, batch_size):
         batch = teacher.batch(np.arange(start, min(teacher.n, start + batch_size)))

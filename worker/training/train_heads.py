@@ -75,6 +75,8 @@ def frequent_vocab(split: Split, n: int, always: list[int]) -> torch.Tensor:
 class Teacher:
     """Turns example indices into tensors: hidden, tokens, soft targets over the sub-vocab."""
 
+    eval_batch = 512  # examples per evaluation batch
+
     def __init__(self, split: Split, ex: HeadExamples, sub_index: torch.Tensor,
                  device: str) -> None:
         self.hidden = torch.from_numpy(np.ascontiguousarray(split.hidden))  # fp16, in memory
@@ -114,6 +116,8 @@ class SequenceTeacher:
     located by (sequence in batch, position): the loss runs the context layer over the
     sequences and picks the corrected features at the examples' positions.
     """
+
+    eval_batch = 8  # sequences per evaluation batch
 
     def __init__(self, split: Split, K: int, sub_index: torch.Tensor, device: str) -> None:
         self.split = split
@@ -192,7 +196,7 @@ def evaluate_heads(net: Any, teacher: Teacher | SequenceTeacher, K: int,
                    batch_size: int | None = None) -> dict[str, Any]:
     """Held-out KD loss, teacher-forced acceptance per position and expected tau(5)."""
     n = teacher.n
-    batch_size = batch_size or (512 if isinstance(teacher, Teacher) else 8)
+    batch_size = batch_size or teacher.eval_batch
     losses, valids, accepts, confs = [], [], [], []
     for start in range(0, n, batch_size):
         batch = teacher.batch(np.arange(start, min(n, start + batch_size)))
