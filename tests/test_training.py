@@ -241,6 +241,62 @@ def test_context_layer_trains_on_whole_sequences(tiny_data, target):
 
 
 @pytest.mark.slow
+def test_feature_layers_data_and_training(tiny_data, target):
+    """Layer features line up with HF's hidden_states at every row; semi-ar reading them
+    learns; a warm start from a net without them is exactly that net at step 0."""
+    from specd.worker.training.data import add_layer_hidden, load_split
+    from specd.worker.training.train_heads import (
+        evaluate_heads,
+        frequent_vocab,
+        head_logits,
+        loss_fn,
+        make_net,
+        make_teacher,
+        warm_start,
+    )
+    from specd.worker.training.trainer import TrainSettings, fit
+
+    layers = [2, 15, 26]
+    _, directory = tiny_data
+    add_layer_hidden(target, directory, tuple(layers), progress=False)
+    train, calib = load_split(directory, "train"), load_split(directory, "calib")
+    assert train.layer_hidden.shape == (train.hidden.shape[0], 3, train.hidden.shape[1])
+    seq = [int(t) for t in train.sequence(1)]
+    P = int(train.prompt_len[1])
+    rows = np.asarray(train.layer_hidden[train.row_off[1]:train.row_off[2]], dtype=np.float32)
+    with torch.inference_mode():
+        hs = target.model.model(input_ids=torch.tensor([seq]), output_hidden_states=True).hidden_states
+    for j, li in enumerate(layers):  # the data is generated in bf16: compare directions
+        ref = hs[li + 1][0, P - 1:].numpy()
+        got = rows[:, j]
+        cos = (got * ref).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(ref, axis=-1))
+        assert cos.min() > 0.95, (li, cos.min())
+
+    K = 4
+    vocab = frequent_vocab(train, 1024, [target.tokenizer.eos_token_id])
+    net = make_net("semi-ar", target.model.config, K, vocab, feature_layers=layers).bind(target)
+    ev = make_teacher(net, calib, K)
+    before = evaluate_heads(net.eval(), ev, K)
+    tr = make_teacher(net, train, K)
+    history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+                  TrainSettings(epochs=12, batch_size=64, lr=3e-3, warmup_steps=5), None,
+                  progress=False)
+    assert history[-1]["heldout_loss"] < before["heldout_loss"] - 0.2
+    assert net.layer_proj.weight.abs().sum() > 0  # the features were learned from
+
+    plain = make_net("semi-ar", target.model.config, K, vocab).bind(target).eval()
+    for p in plain.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    warm = make_net("semi-ar", target.model.config, K, vocab, feature_layers=layers).bind(target)
+    warm_start(warm.eval(), plain)
+    batch = ev.batch(np.arange(8))
+    with torch.no_grad():
+        ref_logits, _ = head_logits(plain, {k: v for k, v in batch.items() if k != "layers"})
+        warm_logits, _ = head_logits(warm, batch)
+    assert torch.allclose(warm_logits, ref_logits, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_artifact_round_trip_and_fingerprint_check(tiny_data, target, tmp_path):
     from specd import SpecdError
     from specd.worker.drafters.artifacts import load_drafter, read_metadata, save_drafter
@@ -346,3 +402,28 @@ def test_eval_verify_loop_is_lossless(method, target, greedy_runs):
         run = verify_loop(target, net, prompt, 5, len(seq), target.tokenizer.eos_token_id)
         assert run["tokens"] == seq
         assert run["rounds"] < len(seq)  # some drafts were accepted
+
+
+def test_feature_layer_choice():
+    import argparse
+
+    from specd import SpecdError
+    from specd.worker.training.jobs import _feature_layers
+    from specd.worker.training.train_heads import default_feature_layers
+
+    assert default_feature_layers(30) == [2, 15, 26]  # SmolLM2-135M
+    assert default_feature_layers(4) == []
+
+    def args(text, context=False):
+        return argparse.Namespace(feature_layers=text, context_layer=context)
+
+    assert _feature_layers(args("auto"), "semi-ar", 30) == [2, 15, 26]
+    assert _feature_layers(args("auto"), "parallel", 30) == []
+    assert _feature_layers(args("auto", context=True), "semi-ar", 30) == []
+    assert _feature_layers(args("none"), "semi-ar", 30) == []
+    assert _feature_layers(args("3,9"), "semi-ar", 30) == [3, 9]
+    for bad in ("3,x", "31", ","):
+        with pytest.raises(SpecdError, match="--feature-layers"):
+            _feature_layers(args(bad), "semi-ar", 30)
+    with pytest.raises(SpecdError, match="cannot be combined"):
+        _feature_layers(args("3", context=True), "semi-ar", 30)

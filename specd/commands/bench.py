@@ -62,14 +62,21 @@ def run(args: argparse.Namespace) -> int:
 
     results: dict[str, dict[int, bench.Cell]] = {}
     started = time.perf_counter()
-    for group in groups:
-        print(f"[{time.perf_counter() - started:6.0f}s] {group.name} ...", flush=True)
-        if group.peer:
-            results[group.name] = bench.run_peer_group(loaded, group, prompts, args.max_tokens,
-                                                       draft_assistant)
-        else:
-            results[group.name] = bench.run_engine_group(loaded, group, prompts, concurrencies,
-                                                         args.max_tokens, args.k)
+
+    def progress(name: str, concurrency: int) -> None:
+        print(f"[{time.perf_counter() - started:6.0f}s] {name} c={concurrency} ...", flush=True)
+
+    for group in (g for g in groups if g.peer):  # transformers' loops: batch 1 only
+        progress(group.name, 1)
+        results[group.name] = bench.run_peer_group(loaded, group, prompts, args.max_tokens,
+                                                   draft_assistant)
+    engine_groups = [g for g in groups if not g.peer]
+    if engine_groups:
+        print(f"[{time.perf_counter() - started:6.0f}s] starting {len(engine_groups)} engines "
+              "(each measures its step-cost table)", flush=True)
+        results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
+                                           args.max_tokens, args.k, on_cell=progress)
+    results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     bench.mark_matches(results)
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,

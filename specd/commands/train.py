@@ -55,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--context-layer", action="store_true",
                    help="semi-ar with an EAGLE-style context layer over the target's hidden "
                         "states of every position (default: the backbone reads h_p alone)")
+    t.add_argument("--feature-layers", default="auto", metavar="L1,L2,...|auto|none",
+                   help="semi-ar also reads the target's residual stream after these decoder "
+                        "layers (0-based; EAGLE-3-style fused low/mid/high features); auto: "
+                        "layers 2, L/2 and L-4 of an L-layer target (2,15,26 for SmolLM2-135M)")
     t.add_argument("--init-from", default=None, metavar="ARTIFACT",
                    help="warm start from a trained artifact of the same method (folder)")
     t.add_argument("--out-dir", default=None,

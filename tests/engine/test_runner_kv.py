@@ -102,3 +102,24 @@ def test_cache_bounds(runner):
     assert cache.used_tokens == 8 and cache.usage() == 8 / 64
     cache.release(s)
     assert cache.used_tokens == 0 and cache.free_slots == 1
+
+
+def test_layer_hidden_matches_hf(target, runner, chat_prompt_ids):
+    """``forward(layers=...)`` returns the residual stream after those decoder layers at the
+    wanted positions, as HF's ``output_hidden_states`` gives it (hidden_states[i + 1])."""
+    a = chat_prompt_ids("Name two rivers.")
+    b = chat_prompt_ids("Count from one to five.")
+    with torch.inference_mode():
+        ref_a = target.model.model(torch.tensor([a]), output_hidden_states=True).hidden_states
+        ref_b = target.model.model(torch.tensor([b]), output_hidden_states=True).hidden_states
+    cache = runner.new_cache(2, 256)
+    sa, sb = cache.allocate(), cache.allocate()
+    out = runner.forward(cache, [Row(sa, a, "all"), Row(sb, b, "last")], logits=False,
+                         layers=(2, 15))
+    assert out.layer_hidden.shape == (len(a) + 1, 2, target.model.config.hidden_size)
+    for j, li in enumerate((2, 15)):
+        assert torch.allclose(out.layer_hidden[: len(a), j], ref_a[li + 1][0], atol=1e-3, rtol=1e-3)
+        assert torch.allclose(out.layer_hidden[len(a), j], ref_b[li + 1][0, -1], atol=1e-3, rtol=1e-3)
+    assert not torch.allclose(out.layer_hidden[:, 0], out.layer_hidden[:, 1])
+    with pytest.raises(ValueError, match="outside"):
+        runner.forward(cache, [Row(sa, a[:1], "last")], layers=(99,))

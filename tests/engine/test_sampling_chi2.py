@@ -55,11 +55,14 @@ def exact_distribution(model) -> dict[tuple[int, ...], float]:
     return dist
 
 
-def perturbed_net(name: str, tiny, context: bool = False):
-    """Untrained nets are near-identity maps; noise makes q clearly different from p."""
+def perturbed_net(name: str, tiny, variant: str | None = None):
+    """Untrained nets are near-identity maps; noise makes q clearly different from p.
+    ``variant``: "context" (semi-ar with a context layer) or "features" (semi-ar reading
+    both decoder layers of the tiny target besides h_p)."""
     from specd.worker.drafters.registry import untrained_net
 
-    net = untrained_net(name, tiny.model, num_positions=4, seed=7, context=context)
+    net = untrained_net(name, tiny.model, num_positions=4, seed=7, context=variant == "context",
+                        feature_layers=[0, 1] if variant == "features" else None)
     gen = torch.Generator().manual_seed(99)
     with torch.no_grad():
         for p in net.parameters():
@@ -67,11 +70,11 @@ def perturbed_net(name: str, tiny, context: bool = False):
     return net
 
 
-def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None, context: bool = False
-                  ) -> dict:
+def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None,
+                  variant: str | None = None) -> dict:
     from specd.worker.engine.engine import Engine
 
-    net = (perturbed_net(drafter, tiny, context) if drafter in ("parallel", "semi-ar", "draft-model")
+    net = (perturbed_net(drafter, tiny, variant) if drafter in ("parallel", "semi-ar", "draft-model")
            else None)
     cfg = EngineConfig(drafter=drafter, max_slots=500, max_context=16, cost_profile="none", seed=5)
     engine = Engine(tiny, cfg, policy, drafter_net=net)
@@ -121,16 +124,17 @@ POLICY = Policy(mode="scheduled", k_max=3, fixed_length=2, max_verify=3, surviva
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("drafter,policy,context", [
-    ("none", Policy(mode="plain"), False),
-    ("ngram", POLICY, False),
-    ("parallel", Policy(mode="fixed", k_max=3, fixed_length=2), False),
-    ("semi-ar", POLICY, False),
-    ("semi-ar", POLICY, True),  # with the context layer (its own KV cache, fed hidden states)
-    ("draft-model", POLICY, False),
+@pytest.mark.parametrize("drafter,policy,variant", [
+    ("none", Policy(mode="plain"), None),
+    ("ngram", POLICY, None),
+    ("parallel", Policy(mode="fixed", k_max=3, fixed_length=2), None),
+    ("semi-ar", POLICY, None),
+    ("semi-ar", POLICY, "context"),  # the context layer (its own KV cache, fed hidden states)
+    ("semi-ar", POLICY, "features"),  # fused target-layer features besides h_p
+    ("draft-model", POLICY, None),
 ])
-def test_sampling_matches_target_distribution(tiny, exact, drafter, policy, context):
-    res = sample_counts(tiny, drafter, policy, context=context)
+def test_sampling_matches_target_distribution(tiny, exact, drafter, policy, variant):
+    res = sample_counts(tiny, drafter, policy, variant=variant)
     if drafter != "none":
         assert res["accepted"] > SAMPLES // 10  # the accept path is really exercised
     pvalue = chi2_pvalue(res["counts"], exact)

@@ -4,6 +4,8 @@ Concurrency C means C requests in flight at once: a client keeps C streams open 
 the next prompt when one finishes, like C users. Every figure of every group comes from the
 same process and the same prompts, so the ratios between groups are what to read (the
 machine is shared and noisy; absolute numbers drift, ratios measured side by side do not).
+Engine groups run interleaved (all groups at one concurrency, then the next), so the cells
+compared with each other are measured close together in time.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Cell:
     costs: Any = None  # the engine's measured scheduler.CostTable
     match_plain: bool | None = None
     matched_requests: int = 0
+    started_s: float | None = None  # when the cell began, seconds into the engine groups' run
 
     def summary(self) -> dict[str, Any]:
         tokens = sum(len(o) for o in self.outputs)
@@ -74,6 +77,7 @@ class Cell:
             "requests": len(self.outputs),
             "output_tokens": tokens,
             "seconds": round(self.seconds, 3),
+            "started_s": round(self.started_s, 1) if self.started_s is not None else None,
         }
 
 
@@ -152,50 +156,77 @@ async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
     return outputs, time.perf_counter() - start, rates
 
 
-def run_engine_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
-                     concurrencies: Sequence[int], max_tokens: int, k: int,
-                     drafter_path: str | None = None) -> dict[int, Cell]:
-    """Run one engine group at every concurrency (one engine, one cost profile)."""
+def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt],
+                      concurrencies: Sequence[int], max_tokens: int, k: int,
+                      drafter_path: str | None = None, on_cell: Any = None,
+                      engine_options: dict[str, Any] | None = None) -> dict[str, dict[int, Cell]]:
+    """Run engine groups interleaved: every group at one concurrency, then the next.
+
+    One engine per group (each with its own measured cost profile) stays up for the whole
+    run, so the groups compared at a concurrency run minutes apart rather than an hour apart
+    (this machine's speed drifts); the order of the groups alternates between concurrencies
+    so no group always runs first. ``on_cell(group, concurrency)`` is called before each cell;
+    ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
+    """
     from prometheus_client import CollectorRegistry
 
     from specd.worker.engine import Engine, EngineConfig
 
     max_prompt = max(len(p.token_ids) for p in prompts)
-    config = EngineConfig(drafter=group.drafter, drafter_path=drafter_path,
-                          max_slots=max(concurrencies),
-                          max_context=max_prompt + max_tokens + 2 * k + 8)
-    registry = CollectorRegistry()
-    engine = Engine(loaded, config, policy=group.policy(k), registry=registry)
-    cells: dict[int, Cell] = {}
+    engines: dict[str, tuple[Any, Any]] = {}
+    for group in groups:
+        config = EngineConfig(drafter=group.drafter, drafter_path=drafter_path,
+                              max_slots=max(concurrencies),
+                              max_context=max_prompt + max_tokens + 2 * k + 8,
+                              **(engine_options or {}))
+        registry = CollectorRegistry()
+        engines[group.name] = (Engine(loaded, config, policy=group.policy(k), registry=registry),
+                               registry)
+    cells: dict[str, dict[int, Cell]] = {g.name: {} for g in groups}
 
     async def run_all() -> None:
-        await engine.start()
+        for engine, _ in engines.values():
+            await engine.start()
+        began = time.perf_counter()
         try:
-            for concurrency in concurrencies:
-                before = _phase_seconds(registry)
-                bar = tqdm(total=len(prompts), desc=f"{group.name} c={concurrency}",
-                           leave=False, unit="req")
-                with RssSampler() as rss:
-                    results, seconds, rates = await _drive(engine, prompts, concurrency,
-                                                           max_tokens, bar)
-                bar.close()
-                after = _phase_seconds(registry)
-                cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
-                            phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
-                            memory=engine.memory_bytes(), costs=engine.costs)
-                for _, spec in results:
-                    if spec is not None:
-                        cell.rounds += spec.rounds
-                        cell.drafted += spec.drafted
-                        cell.verified += spec.verified
-                        cell.accepted += spec.accepted
-                        cell.verified_requests += spec.rounds if spec.verified else 0
-                cells[concurrency] = cell
+            for turn, concurrency in enumerate(concurrencies):
+                order = list(groups) if turn % 2 == 0 else list(reversed(groups))
+                for group in order:
+                    if on_cell is not None:
+                        on_cell(group.name, concurrency)
+                    engine, registry = engines[group.name]
+                    at = time.perf_counter() - began
+                    cell = await _run_cell(engine, registry, group.name, prompts, concurrency,
+                                           max_tokens)
+                    cell.started_s = at
+                    cells[group.name][concurrency] = cell
         finally:
-            await engine.stop(drain=False)
+            for engine, _ in engines.values():
+                await engine.stop(drain=False)
 
     asyncio.run(run_all())
     return cells
+
+
+async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[BenchPrompt],
+                    concurrency: int, max_tokens: int) -> Cell:
+    before = _phase_seconds(registry)
+    bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
+    with RssSampler() as rss:
+        results, seconds, rates = await _drive(engine, prompts, concurrency, max_tokens, bar)
+    bar.close()
+    after = _phase_seconds(registry)
+    cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
+                phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
+                memory=engine.memory_bytes(), costs=engine.costs)
+    for _, spec in results:
+        if spec is not None:
+            cell.rounds += spec.rounds
+            cell.drafted += spec.drafted
+            cell.verified += spec.verified
+            cell.accepted += spec.accepted
+            cell.verified_requests += spec.rounds if spec.verified else 0
+    return cell
 
 
 def run_peer_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],

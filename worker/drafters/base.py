@@ -42,10 +42,14 @@ class Drafter:
     name = "none"
     needs_hidden = False  # True: propose() needs the target's final-norm hidden per row
     needs_context = False  # True: rows carry the hidden states of every committed position
+    # target decoder layers whose residual stream at h_p's position propose() receives as
+    # ``layers`` [B, len(feature_layers), hidden] (EAGLE-3-style fused features)
+    feature_layers: tuple[int, ...] = ()
     max_k = 16
 
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
-                generator: torch.Generator | None = None) -> Proposal:
+                generator: torch.Generator | None = None,
+                layers: torch.Tensor | None = None) -> Proposal:
         return Proposal([[] for _ in rows], [[] for _ in rows], [None for _ in rows])
 
     def release(self, key: str) -> None:

@@ -47,7 +47,8 @@ class DraftModelDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
-                generator: torch.Generator | None = None) -> Proposal:
+                generator: torch.Generator | None = None,
+                layers: torch.Tensor | None = None) -> Proposal:
         n = len(rows)
         if n == 0:
             return Proposal([], [], [])

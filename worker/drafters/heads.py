@@ -17,10 +17,12 @@ class HeadDrafter(Drafter):
         self.name = name
         self.net = net
         self.max_k = int(net.num_positions)
+        self.feature_layers = tuple(getattr(net, "feature_layers", ()))
 
     @torch.inference_mode()
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
-                generator: torch.Generator | None = None) -> Proposal:
+                generator: torch.Generator | None = None,
+                layers: torch.Tensor | None = None) -> Proposal:
         if hidden is None:
             raise ValueError(f"drafter {self.name!r} needs the target's hidden states")
         n = len(rows)
@@ -32,9 +34,11 @@ class HeadDrafter(Drafter):
             k = min(max(rows[i].k for i in idx), self.max_k)
             sel = torch.tensor(idx, device=device)
             last = torch.tensor([rows[i].tokens[-1] for i in idx], device=device)
+            extra = {"layers": layers[sel]} if self.feature_layers else {}
             draft = self.net.propose(hidden[sel], last, k, temperature=temperature,
                                      generator=own_gen or generator,
-                                     with_q=temperature > 0)  # greedy verify needs no q
+                                     with_q=temperature > 0,  # greedy verify needs no q
+                                     **extra)
             ids = draft.tokens.tolist()
             cs = draft.confidence.float().tolist()
             for j, i in enumerate(idx):
@@ -78,7 +82,8 @@ class ContextHeadDrafter(HeadDrafter):
 
     @torch.inference_mode()
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
-                generator: torch.Generator | None = None) -> Proposal:
+                generator: torch.Generator | None = None,
+                layers: torch.Tensor | None = None) -> Proposal:
         if hidden is None:
             raise ValueError(f"drafter {self.name!r} needs the target's hidden states")
         if not rows:
@@ -106,4 +111,4 @@ class ContextHeadDrafter(HeadDrafter):
             at += len(nxt)
         out = self.runner.forward(self.cache, runner_rows, logits=False)
         corrected = self.encoder.correct(hidden.to(dtype), out.hidden)
-        return super().propose(rows, corrected, generator)
+        return super().propose(rows, corrected, generator, layers)

@@ -38,8 +38,13 @@ Proposals. Every net returns a ``Draft``:
 
   SemiARDrafter (Scheme B), one call, no state kept between calls::
 
-      draft = semi.propose(hidden, last_token, k, temperature=0.0, generator=None)
+      draft = semi.propose(hidden, last_token, k, temperature=0.0, generator=None,
+                           layers=None)
 
+    ``layers`` [B, n, H]: for a net with ``semi.feature_layers`` (e.g. [2, 15, 26]), the
+    target's residual stream after those decoder layers at position p, HF's
+    ``hidden_states[l + 1]`` (the engine's runner returns them with ``forward(layers=...)``);
+    normed, projected and added to h_p before the backbone (EAGLE-3's low/mid/high fusion).
     ``hidden`` is h_p, or, for a net with a context layer (``semi.context``, a
     ``ContextEncoder``), h_p corrected by that layer: the engine's ``ContextHeadDrafter`` feeds
     the layer the hidden states of every committed position (its own one-layer KV cache) and
@@ -359,6 +364,7 @@ class ContextEncoder(nn.Module):
 class SemiARDrafter(_BoundHead):
     """Scheme B: parallel backbone + GRU sequential head + confidence head.
 
+    Input: h = h_p, plus L [norm(f_l1) ; ... ] with the optional ``feature_layers`` f.
     Backbone (parallel over positions): z = h + SiLU(W [h ; norm(e(x[p+1]))]); position i's
     base state s_i = z + P_i. Sequential head: g_0 = tanh(G z); g_i = GRU(norm(e(prev_i)),
     g_{i-1}) with prev_1 = x[p+1], prev_i = d_{i-1}; o_i = ResBlock(s_i + U g_i);
@@ -368,7 +374,8 @@ class SemiARDrafter(_BoundHead):
 
     def __init__(self, hidden_size: int, num_positions: int, vocab_ids: torch.Tensor,
                  vocab_size: int, gru_size: int = 256, conf_size: int = 64,
-                 context: dict[str, Any] | None = None) -> None:
+                 context: dict[str, Any] | None = None,
+                 feature_layers: list[int] | None = None) -> None:
         super().__init__(vocab_ids, vocab_size, num_positions)
         self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
                        "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
@@ -378,9 +385,22 @@ class SemiARDrafter(_BoundHead):
         # its kwargs, e.g. {"num_heads": 9, "num_kv_heads": 3, "intermediate_size": 1536,
         # "rope_theta": 1e5}; None = the backbone reads h_p alone
         self.context = None
+        if context and feature_layers:
+            raise ValueError("a semi-ar net reads either a context layer or feature layers")
         if context:
             self.config["context"] = dict(context)
             self.context = ContextEncoder(hidden_size, **context)
+        # optional EAGLE-3-style fused features: the target's residual stream after these
+        # decoder layers (low / middle / high), normed, projected and added to h_p
+        # (zero-initialised: a net without them is the starting point)
+        self.feature_layers = list(feature_layers or [])
+        if self.feature_layers:
+            self.config["feature_layers"] = self.feature_layers
+            n = len(self.feature_layers)
+            self.layer_norm_w = nn.Parameter(torch.ones(n, h))
+            self.layer_proj = nn.Linear(n * h, h)
+            nn.init.zeros_(self.layer_proj.weight)
+            nn.init.zeros_(self.layer_proj.bias)
         self.tok_norm = nn.RMSNorm(h, eps=1e-5)
         self.fuse = nn.Linear(2 * h, h)
         nn.init.zeros_(self.fuse.weight)
@@ -396,6 +416,18 @@ class SemiARDrafter(_BoundHead):
         self.conf_proj = nn.Linear(h, conf_size)
         self.conf_mlp = nn.Sequential(nn.Linear(conf_size + 3 + num_positions, conf_size),
                                       nn.SiLU(), nn.Linear(conf_size, 1))
+
+    def fuse_layers(self, hidden: torch.Tensor, layers: torch.Tensor | None) -> torch.Tensor:
+        """h_p [B, H] and the residual stream after ``feature_layers`` [B, n, H] -> the
+        backbone's input (h_p itself for a net without feature layers)."""
+        if not self.feature_layers:
+            return hidden
+        if layers is None or layers.shape[-2] != len(self.feature_layers):
+            raise ValueError(f"this drafter reads target layers {self.feature_layers}")
+        lf = layers.to(hidden.dtype).float()
+        lf = lf * torch.rsqrt(lf.pow(2).mean(-1, keepdim=True) + 1e-5)
+        normed = (lf.to(hidden.dtype) * self.layer_norm_w).flatten(-2)
+        return hidden + self.layer_proj(normed)
 
     def _backbone(self, hidden: torch.Tensor, last_token: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -415,15 +447,15 @@ class SemiARDrafter(_BoundHead):
                            onehot[None].expand(states.shape[0], -1, -1)], -1)
         return self.conf_mlp(feats).squeeze(-1)
 
-    def forward(self, hidden: torch.Tensor, prev_tokens: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, hidden: torch.Tensor, prev_tokens: torch.Tensor,
+                layers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced pass. prev_tokens [B, k]: x[p+1], then the tokens before each position.
 
         Returns (sub-vocabulary logits [B, k, Vs], raw confidence logits [B, k]).
         """
         self._check_bound()
         k = prev_tokens.shape[1]
-        z, g = self._backbone(hidden, prev_tokens[:, 0])
+        z, g = self._backbone(self.fuse_layers(hidden, layers), prev_tokens[:, 0])
         emb = self.tok_norm(self.embed(prev_tokens))
         gs = []
         for i in range(k):  # only the GRU is sequential; the rest runs for all positions
@@ -436,11 +468,12 @@ class SemiARDrafter(_BoundHead):
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor, k: int,
                 temperature: float = 0.0, generator: torch.Generator | None = None,
-                with_q: bool = True) -> Draft:
+                with_q: bool = True, layers: torch.Tensor | None = None) -> Draft:
         self._check_bound()
         if not 1 <= k <= self.num_positions:
             raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
-        z, g = self._backbone(hidden.to(self.sub_head.dtype), last_token)
+        hidden = self.fuse_layers(hidden.to(self.sub_head.dtype), layers)
+        z, g = self._backbone(hidden, last_token)
         prev = last_token
         tokens, qs, states, subs = [], [], [], []
         for i in range(k):  # only what the next position needs runs inside the loop

@@ -79,7 +79,8 @@ class NgramDrafter(Drafter):
         self.history: dict[str, _History] = {}
 
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
-                generator: torch.Generator | None = None) -> Proposal:
+                generator: torch.Generator | None = None,
+                layers: torch.Tensor | None = None) -> Proposal:
         tokens, conf = [], []
         for row in rows:
             h = self.history.setdefault(row.key, _History())

@@ -12,10 +12,11 @@ UNTRAINED = "untrained"  # drafter_path value: randomly initialised nets (tests,
 
 
 def untrained_net(method: str, target_model: Any, num_positions: int = 8, seed: int = 0,
-                  context: bool = False) -> Any:
+                  context: bool = False, feature_layers: list[int] | None = None) -> Any:
     """A freshly initialised net of ``method`` bound to the target (no artifact needed);
-    ``context``: semi-ar with a context layer (its output projection randomised too, so the
-    layer is exercised rather than starting as a no-op)."""
+    ``context``: semi-ar with a context layer, ``feature_layers``: semi-ar reading those
+    target layers too (their zero-initialised projections randomised, so the extra inputs
+    are exercised rather than starting as no-ops)."""
     from specd.worker.drafters.nets import DraftLM, ParallelHeads, SemiARDrafter, context_config
 
     cfg = target_model.config
@@ -27,9 +28,12 @@ def untrained_net(method: str, target_model: Any, num_positions: int = 8, seed: 
         net = ParallelHeads(hidden, num_positions, vocab_ids, vocab)
     elif method == "semi-ar":
         net = SemiARDrafter(hidden, num_positions, vocab_ids, vocab,
-                            context=context_config(cfg) if context else None)
+                            context=context_config(cfg) if context else None,
+                            feature_layers=feature_layers)
         if context:
             torch.nn.init.normal_(net.context.proj.weight, std=0.02)
+        if feature_layers:
+            torch.nn.init.normal_(net.layer_proj.weight, std=0.02)
     elif method == "draft-model":
         rope = getattr(cfg, "rope_parameters", None) or {}
         theta = rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))

@@ -62,6 +62,8 @@ class _Seq:
         self.slot: int | None = None
         self.decoding = False
         self.hidden: torch.Tensor | None = None
+        # residual stream after the drafter's feature layers at the same position [n, H]
+        self.layers: torch.Tensor | None = None
         # hidden states of committed positions not yet handed to a context drafter
         self.context: list[torch.Tensor] = []
         self.output: list[int] = []
@@ -188,7 +190,9 @@ class EngineCore:
                 td = time.perf_counter()
                 hidden = (torch.stack([decode[i].hidden for i in idx])
                           if self.drafter.needs_hidden else None)
-                prop = self.drafter.propose(rows, hidden, self.generator)
+                layers = (torch.stack([decode[i].layers for i in idx])
+                          if self.drafter.feature_layers else None)
+                prop = self.drafter.propose(rows, hidden, self.generator, layers)
                 if with_context:  # the drafter has them now
                     for i in idx:
                         decode[i].context = []
@@ -220,7 +224,8 @@ class EngineCore:
             s.prefilled += n
             if final:
                 finals.append(s)
-        out = self.runner.forward(self.cache, rows, all_hidden=with_context)
+        out = self.runner.forward(self.cache, rows, all_hidden=with_context,
+                                  layers=self.drafter.feature_layers)
         if with_context:  # prefill chunks: every prompt position is committed
             for j, (s, n) in enumerate(chunks):
                 at = out.flat_starts[len(decode) + j]
@@ -240,6 +245,8 @@ class EngineCore:
         for e, (s, d, _q, start) in enumerate(entries):
             accepted, nxt = results[e]
             s.hidden = out.hidden[start + accepted]
+            if out.layer_hidden is not None:
+                s.layers = out.layer_hidden[start + accepted]
             if e < n_dec and with_context:  # the pending token and the accepted drafts
                 at = out.flat_starts[e]
                 s.context.append(out.all_hidden[at: at + accepted + 1].clone())

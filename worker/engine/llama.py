@@ -48,6 +48,9 @@ class ForwardOutput:
     # real tokens at all_hidden[flat_starts[r] : flat_starts[r] + len(rows[r].tokens)]
     all_hidden: torch.Tensor | None = None
     flat_starts: list[int] | None = None
+    # with ``forward(..., layers=(l1, l2, ...))``: the residual stream after each of those
+    # decoder layers (0-based) at the wanted positions, [M, len(layers), hidden]
+    layer_hidden: torch.Tensor | None = None
 
 
 class LlamaRunner:
@@ -119,14 +122,18 @@ class LlamaRunner:
 
     @torch.inference_mode()
     def forward(self, cache: KVCache, rows: list[Row], logits: bool = True,
-                all_hidden: bool = False) -> ForwardOutput:
+                all_hidden: bool = False, layers: tuple[int, ...] = ()) -> ForwardOutput:
         """Append each row's tokens to its slot and return outputs for the wanted positions
-        (and, with ``all_hidden``, the final-norm hidden state of every token)."""
+        (and, with ``all_hidden``, the final-norm hidden state of every token; with
+        ``layers``, the residual stream after those decoder layers at the wanted positions)."""
         dev = self.device
         n_rows = len(rows)
         counts_in = [len(r.tokens) for r in rows]
         if n_rows == 0 or min(counts_in) == 0:
             raise ValueError("every row needs at least one new token")
+        outside = [li for li in layers if not 0 <= li < self.num_layers]
+        if outside:
+            raise ValueError(f"layers {outside} are outside 0..{self.num_layers - 1}")
         starts_in = [cache.lengths[r.slot] for r in rows]
         for r, s, n in zip(rows, starts_in, counts_in, strict=True):
             if s + n > cache.max_context:
@@ -169,6 +176,8 @@ class LlamaRunner:
         cos = cos[0][:, None, :]
         sin = sin[0][:, None, :]
         nh, kvh, hd = self.num_heads, self.kv_heads, self.head_dim
+        out_sel = torch.tensor(out_idx, dtype=torch.long, device=dev)
+        captured: dict[int, torch.Tensor] = {}
         for li, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             h = self._rms(x, ln1)
             qkv = F.linear(h, w_qkv, b_qkv)
@@ -187,18 +196,20 @@ class LlamaRunner:
             h = self._rms(x, ln2)
             gu = F.linear(h, w_gu)
             x = x + F.linear(F.silu(gu[:, : self.ffn]) * gu[:, self.ffn:], w_down)
+            if li in layers:
+                captured[li] = x[out_sel]
 
         for r, n in zip(rows, counts_in, strict=True):
             cache.lengths[r.slot] += n
         flat_hidden = self._rms(x, self.norm_w) if all_hidden else None
         if flat_hidden is not None:
-            hidden = flat_hidden[torch.tensor(out_idx, dtype=torch.long, device=dev)]
+            hidden = flat_hidden[out_sel]
         else:
-            sel = x[torch.tensor(out_idx, dtype=torch.long, device=dev)] if len(out_idx) != total else x
-            hidden = self._rms(sel, self.norm_w)
+            hidden = self._rms(x[out_sel] if len(out_idx) != total else x, self.norm_w)
         out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
+        layer_hidden = torch.stack([captured[li] for li in layers], 1) if layers else None
         return ForwardOutput(hidden, out_logits, out_starts, out_counts, flat_hidden,
-                             flat_starts if all_hidden else None)
+                             flat_starts if all_hidden else None, layer_hidden)
 
     def _inputs(self, rows: list[Row], tok: torch.Tensor, counts: list[int],
                 counts_fwd: list[int]) -> torch.Tensor:

@@ -363,6 +363,8 @@ class Split:
     # hidden states of prompt positions 0..P-2 (``add_prompt_hidden``), for context layers
     prompt_hidden: np.ndarray | None = None  # [sum(P-1), H] fp16
     prompt_hidden_off: np.ndarray | None = None  # [n+1]
+    # residual stream after chosen decoder layers at each row (``add_layer_hidden``)
+    layer_hidden: np.ndarray | None = None  # [R, n_layers, H] fp16
 
     def __len__(self) -> int:
         return len(self.prompt_len)
@@ -386,7 +388,7 @@ class Split:
         return out
 
 
-OPTIONAL_FIELDS = ("prompt_hidden", "prompt_hidden_off")
+OPTIONAL_FIELDS = ("prompt_hidden", "prompt_hidden_off", "layer_hidden")
 
 
 def load_split(directory: str | os.PathLike[str], split: str) -> Split:
@@ -446,6 +448,55 @@ def add_prompt_hidden(target: Any, directory: str | os.PathLike[str], progress: 
         tmp = directory / name / "prompt_hidden.tmp.npy"  # complete or absent: resumable
         np.save(tmp, np.concatenate(parts))
         tmp.rename(directory / name / "prompt_hidden.npy")
+
+
+@torch.inference_mode()
+def add_layer_hidden(target: Any, directory: str | os.PathLike[str], layers: tuple[int, ...],
+                     progress: bool = True, batch_size: int = 8) -> None:
+    """Record the target's residual stream after decoder ``layers`` at every row's position.
+
+    For drafters that read low and middle layers as well as h_p (EAGLE-3's fused features).
+    One teacher-forced prefill per sequence, in the data set's generation dtype, through the
+    engine's forward; saved as ``layer_hidden.npy`` [R, len(layers), H] fp16 aligned with
+    ``hidden``, and ``layer_hidden.json`` naming the layers.
+    """
+    from tqdm import tqdm
+
+    from specd.worker.engine.llama import Row
+
+    directory = Path(directory)
+    settings = DataSettings(**load_meta(directory)["settings"])
+    runner = _BatchDecoder(target, settings).runner
+    if runner is None:
+        raise ValueError("layer hidden states need a Llama-architecture target")
+    for name in SPLITS:
+        marker = directory / name / "layer_hidden.json"
+        if marker.is_file() and json.loads(marker.read_text())["layers"] == list(layers):
+            continue
+        split = load_split(directory, name)
+        longest = int(np.diff(split.seq_off).max())
+        cache = runner.new_cache(batch_size, longest)
+        out_arr = np.lib.format.open_memmap(directory / name / "layer_hidden.tmp.npy", mode="w+",
+                                            dtype=np.float16,
+                                            shape=(int(split.row_off[-1]), len(layers),
+                                                   runner.hidden_size))
+        for start in tqdm(range(0, len(split), batch_size), desc=f"layer hidden {name}",
+                          disable=not progress):
+            chunk = range(start, min(start + batch_size, len(split)))
+            for slot in range(batch_size):
+                cache.lengths[slot] = 0
+            rows = [Row(j, [int(t) for t in split.sequence(i)]) for j, i in enumerate(chunk)]
+            got = runner.forward(cache, rows, logits=False, layers=layers)
+            feats = got.layer_hidden.to(torch.float16).cpu().numpy()
+            for j, i in enumerate(chunk):
+                first = int(split.prompt_len[i]) - 1  # rows start at the last prompt token
+                n = int(split.row_off[i + 1] - split.row_off[i])
+                at = got.starts[j] + first
+                out_arr[split.row_off[i]:split.row_off[i + 1]] = feats[at:at + n]
+        out_arr.flush()
+        del out_arr
+        (directory / name / "layer_hidden.tmp.npy").rename(directory / name / "layer_hidden.npy")
+        marker.write_text(json.dumps({"layers": list(layers)}) + "\n")
 
 
 def load_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -29,12 +29,21 @@ from specd.worker.training.calibrate import ece, reliability_table
 KS = tuple(range(1, 8))
 
 
-def _forward(target: Any, ids: list[int], cache: Any) -> torch.Tensor:
-    """Run ``ids`` through the target with its cache; final-norm hidden states [T, H]."""
+def _forward(target: Any, ids: list[int], cache: Any, layers: tuple[int, ...] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``ids`` through the target with its cache: final-norm hidden states [T, H] and,
+    for ``layers``, the residual stream after those decoder layers [T, len(layers), H]."""
     device = target.device
     out = target.model.model(input_ids=torch.tensor([ids], device=device),
-                             past_key_values=cache, use_cache=True)
-    return out.last_hidden_state[0]
+                             past_key_values=cache, use_cache=True,
+                             output_hidden_states=bool(layers))
+    # HF hidden_states[i + 1] is the output of decoder layer i (the last one after the norm)
+    feats = torch.stack([out.hidden_states[li + 1][0] for li in layers], 1) if layers else None
+    return out.last_hidden_state[0], feats
+
+
+def feature_layers(drafter: Any) -> tuple[int, ...]:
+    return tuple(getattr(drafter, "feature_layers", None) or ())
 
 
 def _sync(device: str) -> None:
@@ -67,9 +76,11 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
 
     dev = target.device
     cache = DynamicCache()
-    hidden = _forward(target, prompt, cache)
+    layer_ids = feature_layers(drafter)
+    hidden, feats = _forward(target, prompt, cache, layer_ids)
     last = int(target.model.lm_head(hidden[-1]).argmax())
     h = hidden[-1]
+    f = feats[-1] if feats is not None else None
     out = [last]
     stateful = runtime_drafter(drafter, len(prompt) + max_new + K + 1)
     committed_ids = list(prompt) + [last]
@@ -84,11 +95,13 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
                            context=new_context if stateful.needs_context else None)
             drafts = list(stateful.propose([row], h[None]).tokens[0])
         else:
-            drafts = drafter.propose(h[None], torch.tensor([last], device=dev), k).tokens[0].tolist()
+            extra = {"layers": f[None]} if f is not None else {}
+            drafts = drafter.propose(h[None], torch.tensor([last], device=dev), k,
+                                     **extra).tokens[0].tolist()
         _sync(dev)
         t1 = time.perf_counter()
         base_len = cache.get_seq_length()
-        rows = _forward(target, [last] + drafts, cache)
+        rows, row_feats = _forward(target, [last] + drafts, cache, layer_ids)
         preds = target.model.lm_head(rows).argmax(-1).tolist()
         _sync(dev)
         t2 = time.perf_counter()
@@ -103,6 +116,7 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
         new_context = rows[:a + 1]
         crop_cache(cache, base_len + 1 + a)
         h, last = rows[a], preds[a]
+        f = row_feats[a] if row_feats is not None else None
         rounds += 1
         draft_t.append(t1 - t0)
         verify_t.append(t2 - t1)
@@ -120,7 +134,7 @@ def run_lengths(target: Any, drafter: Any, prompt: list[int], seq: list[int], Km
 
     dev = target.device
     full = list(prompt) + list(seq)
-    hidden = _forward(target, full, DynamicCache())
+    hidden, feats = _forward(target, full, DynamicCache(), feature_layers(drafter))
     n = len(seq) - 1  # rounds can start at j = 0 .. n-1 (seq[j] is the last committed token)
     P = len(prompt)
     if isinstance(drafter, DraftLM):
@@ -144,7 +158,8 @@ def run_lengths(target: Any, drafter: Any, prompt: list[int], seq: list[int], Km
             h = drafter.context(hidden[None, :P - 1 + n], drafter.embed(ids[None, 1:P + n]))[0]
             h = h[P - 1:P - 1 + n]
         last = torch.tensor(seq[:n], device=dev)
-        draft = drafter.propose(h, last, Kmax)
+        extra = {"layers": feats[P - 1:P - 1 + n]} if feats is not None else {}
+        draft = drafter.propose(h, last, Kmax, **extra)
         tokens, z, conf = draft.tokens, draft.confidence_logit, draft.confidence
     truth = np.full((n, Kmax), -1, dtype=np.int64)
     for j in range(n):

@@ -29,6 +29,26 @@ def _uses_context(args: argparse.Namespace, method: str) -> bool:
     return method == "semi-ar" and getattr(args, "context_layer", False)
 
 
+def _feature_layers(args: argparse.Namespace, method: str, num_layers: int) -> list[int]:
+    from specd.worker.training.train_heads import default_feature_layers
+
+    text = (getattr(args, "feature_layers", None) or "none").strip()
+    if method != "semi-ar" or text == "none":
+        return []
+    if text == "auto":  # the context-layer variant reads h_p over the whole context instead
+        return [] if _uses_context(args, method) else default_feature_layers(num_layers)
+    if _uses_context(args, method):
+        raise SpecdError("--feature-layers and --context-layer cannot be combined")
+    try:
+        layers = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecdError(f"--feature-layers: expected comma-separated layer numbers, 'auto' or "
+                         f"'none', got {text!r}") from None
+    if not layers or not all(0 <= li < num_layers for li in layers):
+        raise SpecdError(f"--feature-layers: the target has layers 0..{num_layers - 1}")
+    return layers
+
+
 def _settings(args: argparse.Namespace, method: str) -> Any:
     from specd.worker.training.trainer import TrainSettings
 
@@ -50,7 +70,12 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
 
     from specd.worker.drafters.artifacts import save_drafter
     from specd.worker.training.calibrate import calibrate
-    from specd.worker.training.data import add_prompt_hidden, load_meta, load_split
+    from specd.worker.training.data import (
+        add_layer_hidden,
+        add_prompt_hidden,
+        load_meta,
+        load_split,
+    )
     from specd.worker.training.train_draft_lm import train_draft_lm
     from specd.worker.training.train_heads import frequent_vocab, train_heads
     from specd.worker.training.trainer import checkpoint_root
@@ -60,6 +85,9 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
     context = _uses_context(args, method)
     if context:  # the context layer also reads the prompt's hidden states
         add_prompt_hidden(target, data_dir, progress=not args.no_progress)
+    feature_layers = _feature_layers(args, method, target.model.config.num_hidden_layers)
+    if feature_layers:
+        add_layer_hidden(target, data_dir, tuple(feature_layers), progress=not args.no_progress)
     train, calib, test = (load_split(data_dir, s) for s in ("train", "calib", "test"))
     num_vocab = args.num_vocab or DEFAULTS[method]["num_vocab"]
     vocab_ids = frequent_vocab(train, num_vocab, [target.tokenizer.eos_token_id])
@@ -68,7 +96,8 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
              len(vocab_ids), 100 * coverage)
     settings = _settings(args, method)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_root()
-    variant = ("-ctx" if context else "") + ("-warm" if getattr(args, "init_from", None) else "")
+    variant = (("-ctx" if context else "") + ("-warm" if getattr(args, "init_from", None) else "")
+               + "".join(f"-L{li}" for li in feature_layers))
     ckpt = ckpt_dir / f"{meta['hash']}-{method}{variant}-K{args.K}-s{args.seed}.pt"
     started = time.perf_counter()
     if method == "draft-model":
@@ -84,12 +113,16 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
                 raise SpecdError(f"--init-from holds a {init.method!r} drafter, not {method!r}")
         net, history = train_heads(method, target, train, calib, args.K, vocab_ids, settings,
                                    ckpt, progress=not args.no_progress, context=context,
-                                   init_from=init)
+                                   init_from=init, feature_layers=feature_layers)
     train_s = time.perf_counter() - started
     cal = calibrate(net, calib, test, args.K)
     log.info("%s: ECE on held-out data %.4f -> %.4f after calibration", method,
              cal["ece_before"], cal["ece_after"])
     out = _out_dir(args, target) / method
+    stage = {"command": command, "data_hash": meta["hash"], "settings": asdict(settings),
+             "wall_seconds": round(train_s, 1),
+             **{k: history[-1][k] for k in ("heldout_loss", "heldout_tau5") if history
+                and k in history[-1]}}
     extra = {
         "num_positions": args.K,
         "data": {"hash": meta["hash"], "settings": meta["settings"], "rows": meta["rows"],
@@ -102,10 +135,31 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
         "heldout": {"ece_before": cal["ece_before"], "ece_after": cal["ece_after"],
                     "reliability_after": cal["reliability_after"], "samples": cal["samples"]},
         "command": command,
+        # every training stage that led here, oldest first (warm starts chain artifacts)
+        "lineage": _lineage(getattr(args, "init_from", None), target) + [stage],
     }
     save_drafter(net, out, method, fingerprint, target.source.reference, extra)
     log.info("%s: saved %s (%.0fs training)", method, out, train_s)
     return out
+
+
+def stage_of(meta: dict[str, Any]) -> dict[str, Any]:
+    """One training stage as recorded in ``lineage``, from an artifact's metadata."""
+    training = meta.get("training", {})
+    last = (training.get("history") or [{}])[-1]
+    return {"command": meta.get("command"), "data_hash": meta.get("data", {}).get("hash"),
+            "settings": training.get("settings"), "wall_seconds": training.get("wall_seconds"),
+            **{k: last[k] for k in ("heldout_loss", "heldout_tau5") if k in last}}
+
+
+def _lineage(init_from: str | None, target: Any) -> list[dict[str, Any]]:
+    """The stages behind a warm start's source artifact (empty for a run from scratch)."""
+    if not init_from:
+        return []
+    from specd.worker.drafters.artifacts import read_metadata, resolve_artifact
+
+    source = read_metadata(resolve_artifact(init_from, target))
+    return list(source.get("lineage") or [stage_of(source)])
 
 
 def _coverage(split: Any, vocab_ids: Any) -> float:

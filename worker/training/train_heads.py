@@ -78,8 +78,13 @@ class Teacher:
     eval_batch = 512  # examples per evaluation batch
 
     def __init__(self, split: Split, ex: HeadExamples, sub_index: torch.Tensor,
-                 device: str) -> None:
+                 device: str, layers: bool = False) -> None:
         self.hidden = torch.from_numpy(np.ascontiguousarray(split.hidden))  # fp16, in memory
+        self.layers = None  # residual stream after the drafter's feature layers, per row
+        if layers:
+            if split.layer_hidden is None:
+                raise ValueError("this split has no layer hidden states: run add_layer_hidden")
+            self.layers = torch.from_numpy(np.ascontiguousarray(split.layer_hidden))
         self.topk_ids = torch.from_numpy(split.topk_ids.astype(np.int64))
         self.topk_p = torch.from_numpy(np.exp(split.topk_lp.astype(np.float32)))
         self.ex, self.sub_index, self.device = ex, sub_index.cpu(), device
@@ -105,6 +110,8 @@ class Teacher:
         out = {"hidden": self.hidden[rows].float(), "prev": prev.clamp(min=0),
                "t_ids": ids.clamp(min=0), "t_p": p, "valid": valid & (mass[..., 0] > 0),
                "top1": top1}
+        if self.layers is not None:
+            out["layers"] = self.layers[rows].float()
         return {k: v.to(self.device) for k, v in out.items()}
 
 
@@ -159,7 +166,8 @@ def make_teacher(net: Any, split: Split, K: int) -> Teacher | SequenceTeacher:
     device = str(net.sub_head.device)
     if getattr(net, "context", None) is not None:
         return SequenceTeacher(split, K, net.sub_index(), device)
-    return Teacher(split, head_examples(split, K), net.sub_index(), device)
+    return Teacher(split, head_examples(split, K), net.sub_index(), device,
+                   layers=bool(getattr(net, "feature_layers", None)))
 
 
 def kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,7 +183,7 @@ def head_logits(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor,
         if "seq_hidden" in batch:  # context layer over whole sequences, then the examples
             ctx = net.context(batch["seq_hidden"], net.embed(batch["seq_next"]), batch["seq_len"])
             hidden = ctx[batch["sel_b"], batch["sel_t"]]
-        return net(hidden, batch["prev"])
+        return net(hidden, batch["prev"], layers=batch.get("layers"))
     return net(batch["hidden"]), None
 
 
@@ -219,14 +227,25 @@ def evaluate_heads(net: Any, teacher: Teacher | SequenceTeacher, K: int,
             "heldout_tau5": float(run.clamp(max=5).mean() + 1)}
 
 
+def default_feature_layers(num_layers: int) -> list[int]:
+    """Low, middle and high layers for fused features (EAGLE-3's choice: an early layer, the
+    middle one and one a few below the top, whose output h_p already summarises); none for a
+    target too shallow to have three distinct ones."""
+    if num_layers < 8:
+        return []
+    return [2, num_layers // 2, num_layers - 4]
+
+
 def make_net(method: str, target_config: Any, K: int, vocab_ids: torch.Tensor,
-             context: bool = False) -> ParallelHeads | SemiARDrafter:
+             context: bool = False, feature_layers: list[int] | None = None
+             ) -> ParallelHeads | SemiARDrafter:
     hidden_size, vocab_size = target_config.hidden_size, target_config.vocab_size
     if method == "parallel":
         return ParallelHeads(hidden_size, K, vocab_ids, vocab_size)
     if method == "semi-ar":
         return SemiARDrafter(hidden_size, K, vocab_ids, vocab_size,
-                             context=context_config(target_config) if context else None)
+                             context=context_config(target_config) if context else None,
+                             feature_layers=feature_layers)
     raise ValueError(method)
 
 
@@ -246,14 +265,15 @@ def warm_start(net: Any, source: Any) -> None:
 def train_heads(method: str, target: Any, train: Split, calib: Split, K: int,
                 vocab_ids: torch.Tensor, settings: TrainSettings, checkpoint: Path | None,
                 progress: bool = True, max_eval_examples: int = 6000, context: bool = False,
-                init_from: Any = None) -> tuple[Any, list[dict[str, Any]]]:
+                init_from: Any = None, feature_layers: list[int] | None = None
+                ) -> tuple[Any, list[dict[str, Any]]]:
     """Train one head drafter; returns (net bound to target, history).
 
     ``init_from``: a trained net of the same method whose weights start this one (warm
     start; e.g. the semi-ar heads trained without a context layer, which the zero-initialised
     context projection leaves exactly as they were at step 0).
     """
-    net = make_net(method, target.model.config, K, vocab_ids, context).bind(target)
+    net = make_net(method, target.model.config, K, vocab_ids, context, feature_layers).bind(target)
     if init_from is not None:
         warm_start(net, init_from)
     net.float()  # train in fp32 master weights (autocast does bf16 matmuls)
@@ -266,13 +286,14 @@ def train_heads(method: str, target: Any, train: Split, calib: Split, K: int,
         history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
                       settings, checkpoint, progress, desc=method)
         return net, history
-    tr = Teacher(train, head_examples(train, K), sub_index, device)
+    layers = bool(feature_layers)
+    tr = Teacher(train, head_examples(train, K), sub_index, device, layers)
     ev_ex = head_examples(calib, K)
     if len(ev_ex) > max_eval_examples:  # bounded eval cost: a fixed, spread-out subset
         keep = np.linspace(0, len(ev_ex) - 1, max_eval_examples).astype(np.int64)
         ev_ex = HeadExamples(ev_ex.rows[keep], ev_ex.last[keep], ev_ex.targets[keep],
                              ev_ex.teacher_rows[keep])
-    ev = Teacher(calib, ev_ex, sub_index, device)
+    ev = Teacher(calib, ev_ex, sub_index, device, layers)
     history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
                   settings, checkpoint, progress, desc=method)
     return net, history
