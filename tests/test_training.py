@@ -427,3 +427,32 @@ def test_feature_layer_choice():
             _feature_layers(args(bad), "semi-ar", 30)
     with pytest.raises(SpecdError, match="cannot be combined"):
         _feature_layers(args("3", context=True), "semi-ar", 30)
+
+
+def test_warm_starts_record_lineage_and_never_share_checkpoints(tmp_path):
+    import json
+
+    from specd.worker.drafters.artifacts import FORMAT, METADATA_FILE, WEIGHTS_FILE
+    from specd.worker.training.jobs import _lineage, _warm_tag, stage_of
+
+    def artifact(name, weights, **meta):
+        d = tmp_path / name
+        d.mkdir()
+        (d / WEIGHTS_FILE).write_bytes(weights)
+        (d / METADATA_FILE).write_text(json.dumps({"format": FORMAT, **meta}))
+        return str(d)
+
+    first = artifact("s1", b"one", command="specd train semi-ar --epochs 2",
+                     data={"hash": "abc"}, training={"settings": {"lr": 3e-3},
+                                                     "wall_seconds": 10.0,
+                                                     "history": [{"heldout_tau5": 2.7}]})
+    second = artifact("s2", b"two", lineage=[{"command": "a"}, {"command": "b"}])
+    assert _warm_tag(None, None) == ""
+    assert _warm_tag(first, None) != _warm_tag(second, None)
+    assert _warm_tag(first, None).startswith("-warm")
+    assert _lineage(None, None) == []
+    assert _lineage(first, None) == [stage_of(json.loads((tmp_path / "s1" / METADATA_FILE).read_text()))]
+    assert _lineage(first, None)[0] == {"command": "specd train semi-ar --epochs 2", "data_hash": "abc",
+                                       "settings": {"lr": 3e-3}, "wall_seconds": 10.0,
+                                       "heldout_tau5": 2.7}
+    assert _lineage(second, None) == [{"command": "a"}, {"command": "b"}]

@@ -96,7 +96,7 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
              len(vocab_ids), 100 * coverage)
     settings = _settings(args, method)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_root()
-    variant = (("-ctx" if context else "") + ("-warm" if getattr(args, "init_from", None) else "")
+    variant = (("-ctx" if context else "") + _warm_tag(getattr(args, "init_from", None), target)
                + "".join(f"-L{li}" for li in feature_layers))
     ckpt = ckpt_dir / f"{meta['hash']}-{method}{variant}-K{args.K}-s{args.seed}.pt"
     started = time.perf_counter()
@@ -150,6 +150,19 @@ def stage_of(meta: dict[str, Any]) -> dict[str, Any]:
     return {"command": meta.get("command"), "data_hash": meta.get("data", {}).get("hash"),
             "settings": training.get("settings"), "wall_seconds": training.get("wall_seconds"),
             **{k: last[k] for k in ("heldout_loss", "heldout_tau5") if k in last}}
+
+
+def _warm_tag(init_from: str | None, target: Any) -> str:
+    """Checkpoint-name part for a warm start: names the source's weights, so two warm starts
+    with the same settings from different artifacts never resume each other's checkpoint."""
+    if not init_from:
+        return ""
+    import hashlib
+
+    from specd.worker.drafters.artifacts import WEIGHTS_FILE, resolve_artifact
+
+    weights = resolve_artifact(init_from, target) / WEIGHTS_FILE
+    return "-warm" + hashlib.sha256(weights.read_bytes()).hexdigest()[:8]
 
 
 def _lineage(init_from: str | None, target: Any) -> list[dict[str, Any]]:
