@@ -17,7 +17,7 @@ class HeadDrafter(Drafter):
         self.name = name
         self.net = net
         self.max_k = int(net.num_positions)
-        self.feature_layers = tuple(getattr(net, "feature_layers", ()))
+        self.feature_layers = tuple(net.feature_layers)
 
     @torch.inference_mode()
     def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
@@ -25,6 +25,9 @@ class HeadDrafter(Drafter):
                 layers: torch.Tensor | None = None) -> Proposal:
         if hidden is None:
             raise ValueError(f"drafter {self.name!r} needs the target's hidden states")
+        if not rows:
+            return Proposal([], [], [])
+        hidden = self._inputs(rows, hidden)
         n = len(rows)
         tokens: list[list[int]] = [[] for _ in range(n)]
         conf: list[list[float]] = [[] for _ in range(n)]
@@ -34,11 +37,10 @@ class HeadDrafter(Drafter):
             k = min(max(rows[i].k for i in idx), self.max_k)
             sel = torch.tensor(idx, device=device)
             last = torch.tensor([rows[i].tokens[-1] for i in idx], device=device)
-            extra = {"layers": layers[sel]} if self.feature_layers else {}
             draft = self.net.propose(hidden[sel], last, k, temperature=temperature,
                                      generator=own_gen or generator,
                                      with_q=temperature > 0,  # greedy verify needs no q
-                                     **extra)
+                                     layers=layers[sel] if layers is not None else None)
             ids = draft.tokens.tolist()
             cs = draft.confidence.float().tolist()
             for j, i in enumerate(idx):
@@ -48,6 +50,10 @@ class HeadDrafter(Drafter):
                 if temperature > 0:
                     qs[i] = draft.q[j, :kk]
         return Proposal(tokens, conf, qs)
+
+    def _inputs(self, rows: list[DraftRow], hidden: torch.Tensor) -> torch.Tensor:
+        """What the net reads as h_p for these rows (the target's own, here)."""
+        return hidden
 
     def nbytes(self) -> int:
         own = sum(t.nbytes for t in self.net.state_dict().values())
@@ -80,14 +86,9 @@ class ContextHeadDrafter(HeadDrafter):
     def nbytes(self) -> int:
         return super().nbytes() + self.cache.nbytes
 
-    @torch.inference_mode()
-    def propose(self, rows: list[DraftRow], hidden: torch.Tensor | None,
-                generator: torch.Generator | None = None,
-                layers: torch.Tensor | None = None) -> Proposal:
-        if hidden is None:
-            raise ValueError(f"drafter {self.name!r} needs the target's hidden states")
-        if not rows:
-            return Proposal([], [], [])
+    def _inputs(self, rows: list[DraftRow], hidden: torch.Tensor) -> torch.Tensor:
+        """Feed each row's newly committed positions through the context layer; its output
+        at the last position corrects h_p."""
         fwd, feats, nexts = [], [], []
         for row in rows:
             if row.key not in self.slot:
@@ -110,5 +111,4 @@ class ContextHeadDrafter(HeadDrafter):
             runner_rows.append(Row(slot, nxt, "last", embeds=inputs[at: at + len(nxt)]))
             at += len(nxt)
         out = self.runner.forward(self.cache, runner_rows, logits=False)
-        corrected = self.encoder.correct(hidden.to(dtype), out.hidden)
-        return super().propose(rows, corrected, generator, layers)
+        return self.encoder.correct(hidden.to(dtype), out.hidden)

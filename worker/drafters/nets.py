@@ -32,7 +32,8 @@ Proposals. Every net returns a ``Draft``:
 
       draft = heads.propose(hidden, last_token, k, temperature=0.0, generator=None)
 
-    ``last_token`` is accepted for a uniform interface and ignored (heads read h_p only).
+    ``last_token`` and ``layers`` are accepted for a uniform interface and ignored (heads
+    read h_p only).
     k <= heads.num_positions. Confidence = the head's max probability, Platt-calibrated
     per position.
 
@@ -166,6 +167,9 @@ class _BoundHead(nn.Module):
     Neither is a parameter or a persistent buffer, so artifacts never store target weights.
     """
 
+    # target decoder layers whose residual stream the net reads besides h_p (none by default)
+    feature_layers: list[int] = []
+
     def __init__(self, vocab_ids: torch.Tensor, vocab_size: int, num_positions: int) -> None:
         super().__init__()
         self.vocab_size = int(vocab_size)
@@ -246,7 +250,7 @@ class ParallelHeads(_BoundHead):
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor | None, k: int,
                 temperature: float = 0.0, generator: torch.Generator | None = None,
-                with_q: bool = True) -> Draft:
+                with_q: bool = True, layers: torch.Tensor | None = None) -> Draft:
         if not 1 <= k <= self.num_positions:
             raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
         logits = self.forward(hidden.to(self.sub_head.dtype), k)

@@ -400,6 +400,16 @@ def load_split(directory: str | os.PathLike[str], split: str) -> Split:
     return Split(**fields)
 
 
+def _generation_runner(target: Any, directory: Path, what: str) -> Any:
+    """The engine's forward over the target in the data set's generation dtype (features added
+    to a data set must come from the same numerics as the rest of it)."""
+    settings = DataSettings(**load_meta(directory)["settings"])
+    runner = _BatchDecoder(target, settings).runner
+    if runner is None:
+        raise ValueError(f"{what} need a Llama-architecture target")
+    return runner
+
+
 @torch.inference_mode()
 def add_prompt_hidden(target: Any, directory: str | os.PathLike[str], progress: bool = True,
                       batch_size: int = 16) -> None:
@@ -415,11 +425,7 @@ def add_prompt_hidden(target: Any, directory: str | os.PathLike[str], progress: 
     from specd.worker.engine.llama import Row
 
     directory = Path(directory)
-    settings = DataSettings(**load_meta(directory)["settings"])
-    decoder = _BatchDecoder(target, settings)
-    runner = decoder.runner
-    if runner is None:
-        raise ValueError("prompt hidden states need a Llama-architecture target")
+    runner = _generation_runner(target, directory, "prompt hidden states")
     for name in SPLITS:
         if (directory / name / "prompt_hidden.npy").is_file():
             continue
@@ -465,10 +471,7 @@ def add_layer_hidden(target: Any, directory: str | os.PathLike[str], layers: tup
     from specd.worker.engine.llama import Row
 
     directory = Path(directory)
-    settings = DataSettings(**load_meta(directory)["settings"])
-    runner = _BatchDecoder(target, settings).runner
-    if runner is None:
-        raise ValueError("layer hidden states need a Llama-architecture target")
+    runner = _generation_runner(target, directory, "layer hidden states")
     for name in SPLITS:
         marker = directory / name / "layer_hidden.json"
         if marker.is_file() and json.loads(marker.read_text())["layers"] == list(layers):

@@ -42,9 +42,6 @@ def _forward(target: Any, ids: list[int], cache: Any, layers: tuple[int, ...] = 
     return out.last_hidden_state[0], feats
 
 
-def feature_layers(drafter: Any) -> tuple[int, ...]:
-    return tuple(getattr(drafter, "feature_layers", None) or ())
-
 
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
@@ -76,7 +73,7 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
 
     dev = target.device
     cache = DynamicCache()
-    layer_ids = feature_layers(drafter)
+    layer_ids = tuple(drafter.feature_layers)
     hidden, feats = _forward(target, prompt, cache, layer_ids)
     last = int(target.model.lm_head(hidden[-1]).argmax())
     h = hidden[-1]
@@ -95,9 +92,8 @@ def verify_loop(target: Any, drafter: Any, prompt: list[int], K: int, max_new: i
                            context=new_context if stateful.needs_context else None)
             drafts = list(stateful.propose([row], h[None]).tokens[0])
         else:
-            extra = {"layers": f[None]} if f is not None else {}
             drafts = drafter.propose(h[None], torch.tensor([last], device=dev), k,
-                                     **extra).tokens[0].tolist()
+                                     layers=f[None] if f is not None else None).tokens[0].tolist()
         _sync(dev)
         t1 = time.perf_counter()
         base_len = cache.get_seq_length()
@@ -134,7 +130,7 @@ def run_lengths(target: Any, drafter: Any, prompt: list[int], seq: list[int], Km
 
     dev = target.device
     full = list(prompt) + list(seq)
-    hidden, feats = _forward(target, full, DynamicCache(), feature_layers(drafter))
+    hidden, feats = _forward(target, full, DynamicCache(), tuple(drafter.feature_layers))
     n = len(seq) - 1  # rounds can start at j = 0 .. n-1 (seq[j] is the last committed token)
     P = len(prompt)
     if isinstance(drafter, DraftLM):
@@ -158,8 +154,8 @@ def run_lengths(target: Any, drafter: Any, prompt: list[int], seq: list[int], Km
             h = drafter.context(hidden[None, :P - 1 + n], drafter.embed(ids[None, 1:P + n]))[0]
             h = h[P - 1:P - 1 + n]
         last = torch.tensor(seq[:n], device=dev)
-        extra = {"layers": feats[P - 1:P - 1 + n]} if feats is not None else {}
-        draft = drafter.propose(h, last, Kmax, **extra)
+        draft = drafter.propose(h, last, Kmax,
+                                layers=feats[P - 1:P - 1 + n] if feats is not None else None)
         tokens, z, conf = draft.tokens, draft.confidence_logit, draft.confidence
     truth = np.full((n, Kmax), -1, dtype=np.int64)
     for j in range(n):

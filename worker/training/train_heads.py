@@ -167,7 +167,7 @@ def make_teacher(net: Any, split: Split, K: int) -> Teacher | SequenceTeacher:
     if getattr(net, "context", None) is not None:
         return SequenceTeacher(split, K, net.sub_index(), device)
     return Teacher(split, head_examples(split, K), net.sub_index(), device,
-                   layers=bool(getattr(net, "feature_layers", None)))
+                   layers=bool(net.feature_layers))
 
 
 def kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
