@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from specd.worker.bench import engine_bench as bench
     from specd.worker.bench.groups import parse_concurrency, parse_groups
     from specd.worker.bench.prompts import DEFAULT_PROMPTS, encode_prompts, read_prompt_file
+    from specd.worker.engine.threads import run_on_compute_thread, serial_main_thread
     from specd.worker.model import load_model
 
     groups = parse_groups(args.groups)
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_tokens < 1 or args.k < 1:
         raise SpecdError("--max-tokens and --k must be >= 1")
     torch.manual_seed(0)
+    # tensor work runs on one live thread at a time: the engines' round threads and a
+    # short-lived thread for transformers' loops, never the main thread (see engine.threads)
+    threads = serial_main_thread()
     loaded = load_model(args.model, args.device, args.dtype)
     rows = read_prompt_file(args.prompts or DEFAULT_PROMPTS)
     if args.limit:
@@ -68,20 +72,22 @@ def run(args: argparse.Namespace) -> int:
 
     for group in (g for g in groups if g.peer):  # transformers' loops: batch 1 only
         progress(group.name, 1)
-        results[group.name] = bench.run_peer_group(loaded, group, prompts, args.max_tokens,
-                                                   draft_assistant)
+        results[group.name] = run_on_compute_thread(
+            bench.run_peer_group, loaded, group, prompts, args.max_tokens, draft_assistant,
+            threads=threads)
     engine_groups = [g for g in groups if not g.peer]
     if engine_groups:
         print(f"[{time.perf_counter() - started:6.0f}s] starting {len(engine_groups)} engines "
               "(each measures its step-cost table)", flush=True)
         results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
-                                           args.max_tokens, args.k, on_cell=progress)
+                                           args.max_tokens, args.k, on_cell=progress,
+                                           engine_options={"threads": threads})
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     bench.mark_matches(results)
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": torch.get_num_threads()})
+        "threads": threads})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
     return 0

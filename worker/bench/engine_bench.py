@@ -163,7 +163,8 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     """Run engine groups interleaved: every group at one concurrency, then the next.
 
     One engine per group (each with its own measured cost profile) stays up for the whole
-    run, so the groups compared at a concurrency run minutes apart rather than an hour apart
+    run (its round thread only while its cell runs), so the groups compared at a concurrency
+    run minutes apart rather than an hour apart
     (this machine's speed drifts); the order of the groups alternates between concurrencies
     so no group always runs first. ``on_cell(group, concurrency)`` is called before each cell;
     ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
@@ -185,24 +186,27 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     cells: dict[str, dict[int, Cell]] = {g.name: {} for g in groups}
 
     async def run_all() -> None:
+        # only the engine of the running cell keeps a live round thread (``threads``: a second
+        # thread that has run torch work slows every step by ~1.7x on a small CPU)
         for engine, _ in engines.values():
-            await engine.start()
+            await engine.start()  # measures its step-cost table once
+            await engine.stop()
         began = time.perf_counter()
-        try:
-            for turn, concurrency in enumerate(concurrencies):
-                order = list(groups) if turn % 2 == 0 else list(reversed(groups))
-                for group in order:
-                    if on_cell is not None:
-                        on_cell(group.name, concurrency)
-                    engine, registry = engines[group.name]
-                    at = time.perf_counter() - began
+        for turn, concurrency in enumerate(concurrencies):
+            order = list(groups) if turn % 2 == 0 else list(reversed(groups))
+            for group in order:
+                if on_cell is not None:
+                    on_cell(group.name, concurrency)
+                engine, registry = engines[group.name]
+                at = time.perf_counter() - began
+                await engine.start()
+                try:
                     cell = await _run_cell(engine, registry, group.name, prompts, concurrency,
                                            max_tokens)
-                    cell.started_s = at
-                    cells[group.name][concurrency] = cell
-        finally:
-            for engine, _ in engines.values():
-                await engine.stop(drain=False)
+                finally:
+                    await engine.stop(drain=False)
+                cell.started_s = at
+                cells[group.name][concurrency] = cell
 
     asyncio.run(run_all())
     return cells

@@ -84,6 +84,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specd.worker.engine.kernels import Linear, linear
+
 METHODS = ("parallel", "semi-ar", "draft-model")
 
 
@@ -153,7 +155,7 @@ class ResBlock(nn.Module):
 
     def __init__(self, hidden: int) -> None:
         super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
+        self.linear = Linear(hidden, hidden)
         nn.init.zeros_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
 
@@ -202,7 +204,7 @@ class _BoundHead(nn.Module):
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """Hidden [..., H] -> sub-vocabulary logits [..., Vs] through the target's LM head."""
-        return F.linear(x, self.sub_head)
+        return linear(x, self.sub_head)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.embed_weight)
@@ -311,10 +313,10 @@ class ContextEncoder(nn.Module):
                                           max_position_embeddings)
         h = hidden_size
         self.tok_norm = nn.RMSNorm(h, eps=rms_norm_eps)
-        self.fc = nn.Linear(2 * h, h, bias=False)
+        self.fc = Linear(2 * h, h, bias=False)
         self.layer = LlamaDecoderLayer(self.llama_config, layer_idx=0)
         self.norm = nn.RMSNorm(h, eps=rms_norm_eps)
-        self.proj = nn.Linear(h, h, bias=False)
+        self.proj = Linear(h, h, bias=False)
         nn.init.zeros_(self.proj.weight)
         self.rotary = LlamaRotaryEmbedding(self.llama_config)
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
@@ -402,24 +404,24 @@ class SemiARDrafter(_BoundHead):
             self.config["feature_layers"] = self.feature_layers
             n = len(self.feature_layers)
             self.layer_norm_w = nn.Parameter(torch.ones(n, h))
-            self.layer_proj = nn.Linear(n * h, h)
+            self.layer_proj = Linear(n * h, h)
             nn.init.zeros_(self.layer_proj.weight)
             nn.init.zeros_(self.layer_proj.bias)
         self.tok_norm = nn.RMSNorm(h, eps=1e-5)
-        self.fuse = nn.Linear(2 * h, h)
+        self.fuse = Linear(2 * h, h)
         nn.init.zeros_(self.fuse.weight)
         nn.init.zeros_(self.fuse.bias)
         self.pos = nn.Parameter(torch.zeros(num_positions, h))
-        self.g0 = nn.Linear(h, gru_size)
+        self.g0 = Linear(h, gru_size)
         self.gru = nn.GRUCell(h, gru_size)
-        self.up = nn.Linear(gru_size, h)
+        self.up = Linear(gru_size, h)
         nn.init.zeros_(self.up.weight)
         nn.init.zeros_(self.up.bias)
         self.block = ResBlock(h)
         self.block2 = ResBlock(h)
-        self.conf_proj = nn.Linear(h, conf_size)
-        self.conf_mlp = nn.Sequential(nn.Linear(conf_size + 3 + num_positions, conf_size),
-                                      nn.SiLU(), nn.Linear(conf_size, 1))
+        self.conf_proj = Linear(h, conf_size)
+        self.conf_mlp = nn.Sequential(Linear(conf_size + 3 + num_positions, conf_size),
+                                      nn.SiLU(), Linear(conf_size, 1))
 
     def fuse_layers(self, hidden: torch.Tensor, layers: torch.Tensor | None) -> torch.Tensor:
         """h_p [B, H] and the residual stream after ``feature_layers`` [B, n, H] -> the

@@ -169,9 +169,14 @@ class EngineConfig:
     prefill_chunk: int = 256  # prompt tokens per round per newcomer (chunked prefill)
     cost_profile: Literal["measure", "none"] = "measure"  # "none": cost = token count
     seed: int = 0
+    # intra-op CPU threads of the round thread (0: every CPU the process may use); see
+    # ``threads`` for why the main thread of a serving process stays serial
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
             raise EngineError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
         if self.max_slots < 1 or self.max_context < 16 or self.prefill_chunk < 1:
             raise EngineError("max_slots >= 1, max_context >= 16 and prefill_chunk >= 1 required")
+        if self.threads < 0:
+            raise EngineError("threads must be >= 0 (0: every available CPU)")

@@ -1,4 +1,7 @@
-"""The engine facade: async submit/stream over a background round thread (see ``api``)."""
+"""The engine facade: async submit/stream over a background round thread (see ``api``).
+
+The round thread does all of the engine's tensor work, start-up profiling included, with
+``EngineConfig.threads`` intra-op threads (``threads`` explains why one thread owns them)."""
 
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ class Engine:
             self.runner.pad_to = costs.pad_to
         self._costs_ready = costs is not None or self.config.cost_profile == "none"
         self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
         self._wake = threading.Event()
         self._stopping = False
         self._draining = False
@@ -70,7 +75,7 @@ class Engine:
         return self._costs_ready
 
     def prepare(self) -> None:
-        """Measure the step-cost table (blocking). ``start()`` calls it."""
+        """Measure the step-cost table (blocking). The round thread calls it first."""
         if not self._costs_ready:
             from specd.worker.engine.cost import measure_costs
 
@@ -80,12 +85,18 @@ class Engine:
             self._costs_ready = True
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.prepare)
+        """Start the round thread and wait until it has prepared (re-raises its failure)."""
         self.start_thread()
+        await asyncio.to_thread(self._started.wait)
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            self._thread = None
+            raise error
 
     def start_thread(self) -> None:
         if self._thread is None:
             self._stopping = False
+            self._started.clear()
             self._thread = threading.Thread(target=self._loop, name="specd-engine", daemon=True)
             self._thread.start()
 
@@ -95,6 +106,17 @@ class Engine:
         return self._thread is None or self._thread.is_alive()
 
     def _loop(self) -> None:
+        from specd.worker.engine.threads import use_threads
+
+        use_threads(self.config.threads)
+        try:
+            self.prepare()
+        except Exception as exc:
+            log.exception("engine start-up failed")
+            self._start_error = exc
+            return
+        finally:
+            self._started.set()
         while not self._stopping:
             # clear before the round: a submit during the round sets it again, so the wait
             # below returns at once instead of sleeping on work that is already queued

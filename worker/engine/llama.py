@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from specd.worker.engine.kv_cache import KVCache
+from specd.worker.engine.kernels import linear
 
 Want = Literal["all", "last", "none"]
 SHORT_ROW = 32  # rows with at most this many new tokens share one padded attention call
@@ -180,7 +181,7 @@ class LlamaRunner:
         captured: dict[int, torch.Tensor] = {}
         for li, (ln1, w_qkv, b_qkv, w_o, ln2, w_gu, w_down) in enumerate(self.layers):
             h = self._rms(x, ln1)
-            qkv = F.linear(h, w_qkv, b_qkv)
+            qkv = linear(h, w_qkv, b_qkv)
             q = qkv[:, : self.q_size].view(total, nh, hd)
             k = qkv[:, self.q_size: self.q_size + self.kv_size].view(total, kvh, hd)
             v = qkv[:, self.q_size + self.kv_size:].view(total, kvh, hd)
@@ -192,10 +193,10 @@ class LlamaRunner:
             attn = torch.empty(total, nh, hd, dtype=x.dtype, device=dev)
             for g in groups:
                 attn[g.flat_index] = g.attend(q, ck, cv)
-            x = x + F.linear(attn.view(total, self.q_size), w_o)
+            x = x + linear(attn.view(total, self.q_size), w_o)
             h = self._rms(x, ln2)
-            gu = F.linear(h, w_gu)
-            x = x + F.linear(F.silu(gu[:, : self.ffn]) * gu[:, self.ffn:], w_down)
+            gu = linear(h, w_gu)
+            x = x + linear(F.silu(gu[:, : self.ffn]) * gu[:, self.ffn:], w_down)
             if li in layers:
                 captured[li] = x[out_sel]
 
@@ -206,7 +207,7 @@ class LlamaRunner:
             hidden = flat_hidden[out_sel]
         else:
             hidden = self._rms(x[out_sel] if len(out_idx) != total else x, self.norm_w)
-        out_logits = F.linear(hidden, self.lm_head).float() if (logits and out_idx) else None
+        out_logits = linear(hidden, self.lm_head).float() if (logits and out_idx) else None
         layer_hidden = torch.stack([captured[li] for li in layers], 1) if layers else None
         return ForwardOutput(hidden, out_logits, out_starts, out_counts, flat_hidden,
                              flat_starts if all_hidden else None, layer_hidden)

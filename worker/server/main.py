@@ -62,9 +62,13 @@ def build(args: argparse.Namespace) -> tuple[Any, ServerSettings]:
     from specd.worker.engine import Engine, EngineConfig  # heavy: after the cheap checks
     from specd.worker.model import load_model
 
+    from specd.worker.engine.threads import serial_main_thread
+
+    # the event loop's thread stays serial; the engine's round thread runs the tensor work
+    threads = serial_main_thread()
     config = EngineConfig(drafter=args.drafter, drafter_path=args.drafter_path,
                           max_slots=args.max_slots, max_context=args.max_context,
-                          cost_profile=args.cost_profile, seed=args.seed)
+                          cost_profile=args.cost_profile, seed=args.seed, threads=threads)
     loaded = load_model(args.model, args.device, args.dtype)
     registry = CollectorRegistry()
     engine = Engine(loaded, config, policy=policy, registry=registry)
