@@ -25,5 +25,6 @@ def test_linear_accepts_non_contiguous_and_batched_inputs() -> None:
     wide = torch.randn(3, 96, generator=gen)
     x = wide[:, ::2]  # strided view, 3 rows
     torch.testing.assert_close(linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
-    x3 = torch.randn(2, 4, 48, generator=gen)  # [B, k, H] goes the F.linear way
-    torch.testing.assert_close(linear(x3, w), F.linear(x3, w))
+    for shape in [(2, 4, 48), (1, 1, 48), (5, 4, 48)]:  # [B, k, H]: B * k rows
+        x3 = torch.randn(*shape, generator=gen)
+        torch.testing.assert_close(linear(x3, w), F.linear(x3, w), rtol=1e-5, atol=1e-4)

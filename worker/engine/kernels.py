@@ -24,16 +24,19 @@ SMALL_ROWS = 16
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` with the faster small-M route on CPU; same values up to float rounding."""
-    rows = x.shape[0] if x.dim() == 2 else 0
+    """``F.linear`` with the faster small-M route on CPU; same values up to float rounding.
+    Leading dimensions count as rows (``[B, k, H]`` with B * k <= SMALL_ROWS goes the fast way)."""
+    rows = x.numel() // x.shape[-1] if x.dim() >= 2 and x.shape[-1] else 0
     if x.device.type != "cpu" or not 1 <= rows <= SMALL_ROWS:
         return F.linear(x, weight, bias)
-    x = x.contiguous()
+    flat = x.reshape(rows, x.shape[-1]).contiguous()
     if rows == 1:
-        y = torch.matmul(weight, torch.cat([x, x]).T).T[:1]
+        y = torch.matmul(weight, torch.cat([flat, flat]).T).T[:1]
     else:
-        y = torch.matmul(weight, x.T).T
-    return y if bias is None else y + bias
+        y = torch.matmul(weight, flat.T).T
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(nn.Linear):
