@@ -35,7 +35,7 @@ def make_engine(target, runner):
     def make(drafter: str, policy=None, registry=None, max_slots: int = 4, costs=None, **kw):
         cfg = EngineConfig(drafter=drafter, drafter_path=drafter_path(drafter, target),
                            max_slots=max_slots, max_context=kw.pop("max_context", 512),
-                           cost_profile="none", **kw)
+                           cost_profile="none", threads=kw.pop("threads", 1), **kw)
         return Engine(target, cfg, policy, registry=registry, runner=runner, costs=costs)
 
     return make

@@ -166,3 +166,26 @@ def test_set_policy_revalidates(make_engine):
     with pytest.raises(ValueError, match="k_max"):
         engine.set_policy(bad)
     assert engine.policy.k_max == Policy().k_max
+
+
+def test_measured_outcomes_overrule_a_prediction_that_drafting_pays(make_engine,
+                                                                      chat_prompt_ids):
+    """The cost table says drafting is free; the measured rounds (seeded here) say drafting
+    rounds cost more per committed token than plain ones: only the periodic probes draft."""
+    from specd.worker.engine.scheduler import CostTable
+
+    ids = chat_prompt_ids("Repeat exactly, five times, the line: the cat sat on the mat.")
+    params = SamplingParams(max_tokens=48)
+    policy = Policy(mode="scheduled", k_max=4, survival_floor=0.0)
+    free = CostTable.from_measurements([1, 64], [1.0, 1.01])
+    trusting = make_engine("ngram", policy, costs=free)
+    measured = make_engine("ngram", policy, costs=free)
+    for _ in range(3):
+        measured.core.outcomes.record(1, True, 3.0, 1, 1.0)
+        measured.core.outcomes.record(1, False, 1.0, 1, 1.0)
+    a = trusting.generate([GenerationRequest(ids, params)])[0]
+    b = measured.generate([GenerationRequest(ids, params)])[0]
+    assert a.token_ids == b.token_ids
+    assert a.spec.drafted > 0 and a.spec.rounds < len(a.token_ids) - 1
+    drafting_rounds_max = 1 + b.spec.rounds // measured.core.PROBE_EVERY
+    assert b.spec.drafted <= 4 * drafting_rounds_max < a.spec.drafted

@@ -172,3 +172,21 @@ def test_online_calibration_corrects_overconfidence():
     before = list(cal.reached)
     cal.update([0.9, 0.9, 0.9], verified=0, accepted=0)
     assert cal.reached == before
+
+
+def test_draft_outcomes_compare_measured_cost_per_token():
+    from specd.worker.engine.scheduler import DraftOutcomes
+
+    out = DraftOutcomes(ema=0.5, min_rounds=2)
+    out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)  # 0.75
+    out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)  # 1.0
+    assert out.drafting_wins(4) is None  # one round of each is not evidence yet
+    out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)
+    out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)
+    assert out.drafting_wins(4) is True
+    assert out.drafting_wins(8) is None  # buckets are separate
+    for _ in range(4):  # drafting rounds turn slow: 7 tokens of plain time buys 5
+        out.record(4, True, seconds=0.035, committed=5, plain_seconds_per_token=0.005)
+    assert out.drafting_wins(4) is False
+    out.record(4, True, seconds=0.0, committed=0, plain_seconds_per_token=0.005)  # ignored
+    assert out.drafting_wins(4) is False

@@ -39,6 +39,7 @@ from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.metrics import EngineMetrics
 from specd.worker.engine.scheduler import (
     CostTable,
+    DraftOutcomes,
     OnlineCalibration,
     schedule,
     worth_drafting,
@@ -106,8 +107,9 @@ class EngineCore:
         self.verify_sampling = verifier.verify_sampling  # swappable: tests inject a wrong rule
         self._conf_mean: list[float] = []  # running mean raw confidence per draft position
         self._draft_seconds: dict[int, float] = {}  # running mean draft time per batch bucket
-        self._skipped = 0
+        self._streak = 0  # rounds in a row with the same drafting decision
         self.online_calibration = OnlineCalibration()
+        self.outcomes = DraftOutcomes()
         self._set_policy_labels()
 
     # -- inbox (any thread) ----------------------------------------------------------------
@@ -273,12 +275,15 @@ class EngineCore:
         t4 = time.perf_counter()
 
         self.rounds += 1
+        if policy.mode == "scheduled" and decode and not chunks:
+            self._record_outcome(len(decode), speculate, t4 - t0,
+                                 sum(results[e][0] + 1 for e in range(n_dec)))
         self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, acc_by_pos,
                             sum(1 for x in lengths if x > 0))
         return True
 
     # -- when to draft (scheduled mode) ------------------------------------------------------
-    PROBE_EVERY = 16  # draft at least every this many rounds, to keep the estimates fresh
+    PROBE_EVERY = 16  # after this many rounds deciding one way, one round goes the other way
     EMA = 0.1
 
     @staticmethod
@@ -286,15 +291,25 @@ class EngineCore:
         return 1 << max(n - 1, 0).bit_length()  # batch sizes 1, 2, 4, 8, ...
 
     def _draft_pays(self, policy: Policy, n: int, base_tokens: int) -> bool:
-        draft_s = self._draft_seconds.get(self._bucket(n))
-        if not self._conf_mean or draft_s is None or self._skipped >= self.PROBE_EVERY:
-            self._skipped = 0
-            return True
-        if worth_drafting(policy, n, self._conf_mean, base_tokens, self.costs, draft_s):
-            self._skipped = 0
-            return True
-        self._skipped += 1
-        return False
+        """Predicted (``worth_drafting``) and, once measured, confirmed by what drafting and
+        plain rounds of this batch size really cost (``DraftOutcomes``); every PROBE_EVERY
+        rounds the other choice runs once, so both measurements stay current."""
+        bucket = self._bucket(n)
+        draft_s = self._draft_seconds.get(bucket)
+        if not self._conf_mean or draft_s is None:
+            return True  # nothing known yet: draft and learn
+        want = worth_drafting(policy, n, self._conf_mean, base_tokens, self.costs, draft_s)
+        if want and self.outcomes.drafting_wins(bucket) is False:
+            want = False
+        if self._streak >= self.PROBE_EVERY:
+            self._streak = 0
+            return not want
+        self._streak += 1
+        return want
+
+    def _record_outcome(self, n: int, drafted: bool, seconds: float, committed: int) -> None:
+        self.outcomes.record(self._bucket(n), drafted, seconds, committed,
+                             float(self.costs.cost(n)) / n)
 
     def _learn_drafter(self, n: int, confs: list[list[float]], seconds: float) -> None:
         """Running means of the drafter's confidence per position and of its time per round."""

@@ -12,8 +12,11 @@ from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.scheduler import CostTable
 
 # dense where kernels are irregular (every size measured, padding can pick the cheaper one),
-# then geometric
-GRID = (*range(1, 17), 24, 32, 48, 64, 96, 128, 192, 256)
+# then both sides of each multiple of 16: CPU GEMM kernels work in 16-row tiles, so cost is a
+# staircase (measured on the dev machine: 32 tokens 101 ms, 33 tokens 119 ms; 64 -> 65:
+# 162 -> 182 ms) and a table that only interpolates between 32 and 48 prices the 33rd token
+# at a tenth of what it costs
+GRID = (*range(1, 18), 24, *(t for m in (32, 48, 64, 96, 128, 192, 256) for t in (m, m + 1)))
 
 
 def _sync(device: torch.device) -> None:
@@ -21,11 +24,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_per_row: int = 6,
+def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_per_row: int = 1,
                   context: int = 128, repeats: int = 3) -> CostTable:
     """Time verify-shaped forwards (rows of ``tokens_per_row`` tokens after ``context`` cached
-    tokens) for each grid size up to ``max_tokens``; the minimum of ``repeats`` (interference only adds
-    time); made monotone.
+    tokens, as many rows as free slots allow, the rest spread over them) for each grid size up
+    to ``max_tokens``; the minimum of ``repeats`` (interference only adds time); made monotone.
+    One token per row by default: a busy batch is many one-token rows plus a few drafts, and
+    per-row work makes 32 rows of 1 token dearer than 6 rows of 5-6 (the staircase steps the
+    scheduler must see are measured in that shape).
 
     Needs free slots in ``cache`` (run before serving); leaves the cache as it found it.
     Measures raw shapes (the runner's padding is off meanwhile); the caller installs the

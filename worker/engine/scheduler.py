@@ -235,3 +235,38 @@ class OnlineCalibration:
                 self.reached[i] /= 2
                 self.accepted[i] /= 2
                 self.predicted[i] /= 2
+
+
+class DraftOutcomes:
+    """Measured round time per committed token, drafting rounds against plain ones.
+
+    ``worth_drafting`` predicts from confidences and the cost table; this keeps what rounds
+    really cost, per batch-size bucket, as a running mean of round seconds per committed token
+    over the table's plain cost per token at that batch (so batches of different sizes in one
+    bucket compare). It catches what the prediction misses: confidences that are right on
+    average but over-confident exactly where the scheduler picks, a cost table off by a
+    constant, drafting overhead outside the timed propose call.
+    """
+
+    def __init__(self, ema: float = 0.2, min_rounds: int = 3) -> None:
+        self.ema = ema
+        self.min_rounds = min_rounds
+        self._mean: dict[tuple[int, bool], float] = {}
+        self._count: dict[tuple[int, bool], int] = {}
+
+    def record(self, bucket: int, drafted: bool, seconds: float, committed: int,
+               plain_seconds_per_token: float) -> None:
+        if committed <= 0 or plain_seconds_per_token <= 0:
+            return
+        rel = seconds / committed / plain_seconds_per_token
+        key = (bucket, drafted)
+        old = self._mean.get(key)
+        self._mean[key] = rel if old is None else old + self.ema * (rel - old)
+        self._count[key] = self._count.get(key, 0) + 1
+
+    def drafting_wins(self, bucket: int) -> bool | None:
+        """True/False once both kinds of round were seen ``min_rounds`` times, else None."""
+        if min(self._count.get((bucket, True), 0), self._count.get((bucket, False), 0)) \
+                < self.min_rounds:
+            return None
+        return self._mean[(bucket, True)] < self._mean[(bucket, False)]
