@@ -172,7 +172,25 @@ def _env(service: str, track: str, rev: str, spec: ServiceSpec) -> list[dict[str
     user = {e.name: e.value or "" for e in spec.worker.env}
     # The root filesystem is read-only; caches go to the /tmp emptyDir unless the user says.
     user.setdefault("HOME", "/tmp")
+    res = spec.worker.resources
+    threads = cpu_threads(res.limits.get("cpu") or res.requests.get("cpu"))
+    if threads is not None:
+        # torch would otherwise start one thread per node core, far past the pod's CPU share
+        user.setdefault("OMP_NUM_THREADS", str(threads))
     return env + [{"name": k, "value": v} for k, v in user.items()]
+
+
+def cpu_threads(quantity: object) -> int | None:
+    """Whole CPUs in a Kubernetes CPU quantity ("4", "2500m", 0.5): at least 1; None if unset
+    or unreadable (then torch's own default applies)."""
+    if quantity is None:
+        return None
+    text = str(quantity).strip()
+    try:
+        cores = int(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        return None
+    return max(1, int(cores)) if cores > 0 else None
 
 
 def _gpus(spec: ServiceSpec) -> int:

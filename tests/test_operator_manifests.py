@@ -192,3 +192,21 @@ def test_selector_string_selects_both_tracks() -> None:
     assert m.selector_string("svc") == f"{k8s.LABEL_SERVICE}=svc"
     service = _build(_sample())["Service"]
     assert k8s.LABEL_TRACK not in service["spec"]["selector"]
+
+
+@pytest.mark.parametrize("quantity,threads", [("4", 4), ("2500m", 2), ("500m", 1), (0.5, 1),
+                                              (3, 3), (None, None), ("lots", None), ("0", None)])
+def test_cpu_threads_from_quantity(quantity, threads) -> None:
+    assert m.cpu_threads(quantity) == threads
+
+
+def test_worker_threads_follow_the_cpu_limit_unless_the_user_sets_them() -> None:
+    owner = _sample()
+    owner["spec"]["worker"]["resources"] = {"limits": {"cpu": "3500m"}}
+    env = {e["name"]: e["value"] for e in
+           _build(owner)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["OMP_NUM_THREADS"] == "3"
+    owner["spec"]["worker"]["env"] = [{"name": "OMP_NUM_THREADS", "value": "1"}]
+    env = {e["name"]: e["value"] for e in
+           _build(owner)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["OMP_NUM_THREADS"] == "1"
