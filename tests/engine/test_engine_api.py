@@ -180,7 +180,7 @@ def test_measured_outcomes_overrule_a_prediction_that_drafting_pays(make_engine,
     free = CostTable.from_measurements([1, 64], [1.0, 1.01])
     trusting = make_engine("ngram", policy, costs=free)
     measured = make_engine("ngram", policy, costs=free)
-    for _ in range(3):
+    for _ in range(measured.core.outcomes.min_rounds):
         measured.core.outcomes.record(1, True, 3.0, 1, 1.0)
         measured.core.outcomes.record(1, False, 1.0, 1, 1.0)
     a = trusting.generate([GenerationRequest(ids, params)])[0]

@@ -110,6 +110,7 @@ class EngineCore:
         self._streak = 0  # rounds in a row with the same drafting decision
         self.online_calibration = OnlineCalibration()
         self.outcomes = DraftOutcomes()
+        self._predicted: dict[tuple[int, int], bool] = {}  # worth_drafting, memoised
         self._set_policy_labels()
 
     # -- inbox (any thread) ----------------------------------------------------------------
@@ -298,7 +299,11 @@ class EngineCore:
         draft_s = self._draft_seconds.get(bucket)
         if not self._conf_mean or draft_s is None:
             return True  # nothing known yet: draft and learn
-        want = worth_drafting(policy, n, self._conf_mean, base_tokens, self.costs, draft_s)
+        key = (n, base_tokens)
+        want = self._predicted.get(key)
+        if want is None:  # the prediction only changes when the drafter's statistics do
+            want = worth_drafting(policy, n, self._conf_mean, base_tokens, self.costs, draft_s)
+            self._predicted[key] = want
         if want and self.outcomes.drafting_wins(bucket) is False:
             want = False
         if self._streak >= self.PROBE_EVERY:
@@ -313,6 +318,7 @@ class EngineCore:
 
     def _learn_drafter(self, n: int, confs: list[list[float]], seconds: float) -> None:
         """Running means of the drafter's confidence per position and of its time per round."""
+        self._predicted.clear()
         b = self._bucket(n)
         old = self._draft_seconds.get(b)
         self._draft_seconds[b] = seconds if old is None else old + self.EMA * (seconds - old)
@@ -476,6 +482,7 @@ class EngineCore:
                 self._cancel(item)
             elif kind == "policy":
                 self.policy = item
+                self._predicted.clear()
                 self._set_policy_labels()
 
     def _cancel(self, request_id: str) -> None:

@@ -241,32 +241,44 @@ class DraftOutcomes:
     """Measured round time per committed token, drafting rounds against plain ones.
 
     ``worth_drafting`` predicts from confidences and the cost table; this keeps what rounds
-    really cost, per batch-size bucket, as a running mean of round seconds per committed token
-    over the table's plain cost per token at that batch (so batches of different sizes in one
-    bucket compare). It catches what the prediction misses: confidences that are right on
-    average but over-confident exactly where the scheduler picks, a cost table off by a
-    constant, drafting overhead outside the timed propose call.
+    really cost, per batch-size bucket: running means of round seconds (over the table's plain
+    cost per token at that batch, so batches of different sizes in one bucket compare) and of
+    committed tokens, and compares their ratios. (A mean of per-round ratios would not do:
+    acceptance is bursty, and a round that commits 1 token would weigh as much as one that
+    commits 4.) It catches what the prediction misses: confidences that are right on average
+    but over-confident exactly where the scheduler picks, a cost table off by a constant,
+    drafting overhead outside the timed propose call.
     """
 
-    def __init__(self, ema: float = 0.2, min_rounds: int = 3) -> None:
+    def __init__(self, ema: float = 0.05, min_rounds: int = 8) -> None:
         self.ema = ema
         self.min_rounds = min_rounds
-        self._mean: dict[tuple[int, bool], float] = {}
+        self._cost: dict[tuple[int, bool], float] = {}
+        self._tokens: dict[tuple[int, bool], float] = {}
         self._count: dict[tuple[int, bool], int] = {}
 
     def record(self, bucket: int, drafted: bool, seconds: float, committed: int,
                plain_seconds_per_token: float) -> None:
         if committed <= 0 or plain_seconds_per_token <= 0:
             return
-        rel = seconds / committed / plain_seconds_per_token
         key = (bucket, drafted)
-        old = self._mean.get(key)
-        self._mean[key] = rel if old is None else old + self.ema * (rel - old)
-        self._count[key] = self._count.get(key, 0) + 1
+        n = self._count.get(key, 0) + 1
+        self._count[key] = n
+        # plain average over the first rounds, then exponential forgetting
+        rate = max(1.0 / n, self.ema)
+        cost = seconds / plain_seconds_per_token
+        self._cost[key] = self._cost.get(key, cost) + rate * (cost - self._cost.get(key, cost))
+        self._tokens[key] = (self._tokens.get(key, committed)
+                             + rate * (committed - self._tokens.get(key, committed)))
+
+    def relative_cost(self, bucket: int, drafted: bool) -> float | None:
+        """Mean round cost per committed token, in plain-token units (None: not seen)."""
+        key = (bucket, drafted)
+        return self._cost[key] / self._tokens[key] if key in self._cost else None
 
     def drafting_wins(self, bucket: int) -> bool | None:
         """True/False once both kinds of round were seen ``min_rounds`` times, else None."""
         if min(self._count.get((bucket, True), 0), self._count.get((bucket, False), 0)) \
                 < self.min_rounds:
             return None
-        return self._mean[(bucket, True)] < self._mean[(bucket, False)]
+        return self.relative_cost(bucket, True) < self.relative_cost(bucket, False)  # type: ignore[operator]
