@@ -46,7 +46,7 @@ lint: venv
 # (plain, Scheme A, Scheme B fixed and scheduled, the classic draft model), one run.
 demo: setup
 	$(BIN)/specd bench engine --groups plain,parallel-fixed,semi-ar-fixed,semi-ar-scheduled,draft-model \
-	  --concurrency 1,4 --limit 8 --max-tokens 64 --json out/demo-bench.json
+	  --concurrency 1,4 --limit 8 --max-tokens 64 --k 3 --json out/demo-bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache
