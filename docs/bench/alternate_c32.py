@@ -1,4 +1,7 @@
-"""c=32 back to back: plain and semi-ar-scheduled engines alternate, 3 times each, same 40 prompts."""
+"""c=32 back to back: plain and semi-ar-scheduled engines alternate, 3 times each, same 40 prompts.
+
+    .venv/bin/python docs/bench/alternate_c32.py   # prints per-run tokens/s and the JSON summary
+"""
 import time, torch, json, statistics as S
 torch.set_num_threads(2)
 from specd.api.policy import Policy
