@@ -53,3 +53,19 @@ def test_mark_matches_counts_differing_requests():
     assert results["semi-ar-fixed"][1].match_plain is False
     assert results["semi-ar-fixed"][1].matched_requests == 1
     assert comparisons({"plain": {}}) == {"semi-ar-scheduled": {}}
+
+
+def test_peers_are_compared_up_to_the_first_end_of_turn():
+    """ignore_eos: the engine emits end-of-turn (2) and goes on; transformers' min_new_tokens
+    masks it. Peers match up to it; engine groups are compared whole."""
+    def results():
+        return {"plain": {1: cell(2, 1.0, [[5, 2, 7], [4, 4, 4]])},
+                "hf-generate": {1: cell(2, 1.0, [[5, 9, 9], [4, 4, 8]])},
+                "semi-ar-fixed": {1: cell(2, 1.0, [[5, 2, 8], [4, 4, 4]])}}
+    r = results()
+    mark_matches(r, eos_ids=[2], until_eos=["hf-generate"])
+    assert r["hf-generate"][1].matched_requests == 1  # the second has no end-of-turn: whole
+    assert r["semi-ar-fixed"][1].matched_requests == 1  # past end-of-turn still counts
+    r = results()
+    mark_matches(r)
+    assert r["hf-generate"][1].matched_requests == 0

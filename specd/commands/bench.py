@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
                                            args.max_tokens, args.k, on_cell=progress,
                                            engine_options={"threads": threads})
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
-    bench.mark_matches(results)
+    eos = loaded.tokenizer.eos_token_id
+    bench.mark_matches(results, eos_ids=[eos] if eos is not None else [],
+                       until_eos=[g.name for g in groups if g.peer])
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),

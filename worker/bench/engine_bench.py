@@ -250,17 +250,32 @@ def run_peer_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
                     peak_rss_mb=rss.peak_mb)}
 
 
-def mark_matches(results: dict[str, dict[int, Cell]]) -> None:
-    """Compare every cell's outputs with plain's at the same concurrency (or c=1)."""
+def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (),
+                 until_eos: Sequence[str] = ()) -> None:
+    """Compare every cell's outputs with plain's at the same concurrency (or c=1).
+
+    Groups named in ``until_eos`` (transformers' loops) are compared up to plain's first
+    end-of-turn token: with ``ignore_eos`` the engine emits it and goes on, while
+    ``min_new_tokens`` masks it and takes the runner-up, so past it the two differ by design.
+    """
     plain = results.get("plain", {})
-    for cells in results.values():
+    for name, cells in results.items():
         for concurrency, cell in cells.items():
             reference = plain.get(concurrency) or plain.get(min(plain)) if plain else None
             if reference is None:
                 continue
-            same = [a == b for a, b in zip(cell.outputs, reference.outputs, strict=True)]
+            pairs = zip(cell.outputs, reference.outputs, strict=True)
+            if name in until_eos:
+                pairs = ((a[:n], b[:n]) for a, b in pairs
+                         for n in [_first(b, eos_ids)])
+            same = [a == b for a, b in pairs]
             cell.matched_requests = sum(same)
             cell.match_plain = all(same)
+
+
+def _first(tokens: list[int], ids: Sequence[int]) -> int:
+    """Index of the first token in ``ids`` (len(tokens) when none is there)."""
+    return next((i for i, t in enumerate(tokens) if t in ids), len(tokens))
 
 
 def report(model: str, results: dict[str, dict[int, Cell]], settings: dict[str, Any]) -> dict:
