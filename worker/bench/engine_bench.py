@@ -264,11 +264,10 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
             reference = plain.get(concurrency) or plain.get(min(plain)) if plain else None
             if reference is None:
                 continue
-            pairs = zip(cell.outputs, reference.outputs, strict=True)
-            if name in until_eos:
-                pairs = ((a[:n], b[:n]) for a, b in pairs
-                         for n in [_first(b, eos_ids)])
-            same = [a == b for a, b in pairs]
+            same = []
+            for got, want in zip(cell.outputs, reference.outputs, strict=True):
+                n = _first(want, eos_ids) if name in until_eos else None  # None: whole
+                same.append(got[:n] == want[:n])
             cell.matched_requests = sum(same)
             cell.match_plain = all(same)
 

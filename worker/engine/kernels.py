@@ -14,6 +14,8 @@ CUDA (cuBLAS picks its own kernel).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,6 +23,8 @@ from torch import nn
 # largest row count that takes the weight-first route on CPU (measured: faster up to ~16 rows,
 # slower at 64+)
 SMALL_ROWS = 16
+
+MatMul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -64,15 +68,15 @@ def _main() -> None:
              for _ in range(args.layers)]
     head = torch.randn(49152, 576, generator=gen) / 24
 
-    def forward(x: torch.Tensor, mm: object) -> torch.Tensor:
+    def forward(x: torch.Tensor, mm: MatMul) -> torch.Tensor:
         for w_qkv, w_o, w_gu, w_down in stack:
-            q = mm(x, w_qkv)  # type: ignore[operator]
-            x = x + mm(q[:, :576], w_o)  # type: ignore[operator]
-            gu = mm(x, w_gu)  # type: ignore[operator]
-            x = x + mm(F.silu(gu[:, :1536]) * gu[:, 1536:], w_down)  # type: ignore[operator]
-        return mm(x, head)  # type: ignore[operator]
+            q = mm(x, w_qkv)
+            x = x + mm(q[:, :576], w_o)
+            gu = mm(x, w_gu)
+            x = x + mm(F.silu(gu[:, :1536]) * gu[:, 1536:], w_down)
+        return mm(x, head)
 
-    def best_ms(x: torch.Tensor, mm: object) -> float:
+    def best_ms(x: torch.Tensor, mm: MatMul) -> float:
         forward(x, mm)
         times = []
         for _ in range(5):
