@@ -68,6 +68,25 @@ def test_draft_lm_logits_are_full_vocab_and_cache_rolls_back(target):
     assert again.tokens[0, 0] == draft.tokens[0, 1]  # same continuation after the rollback
 
 
+def test_warm_start_carries_weights_across_output_vocabularies(target):
+    """New data can change the frequent-token vocabulary; no learned weight is indexed by it."""
+    from specd.worker.training.train_heads import make_net, warm_start
+
+    torch.manual_seed(0)
+    source = make_net("semi-ar", target.model.config, 4, _tiny_vocab(target, 512)).bind(target)
+    for p in source.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    other = torch.tensor(sorted(set(range(256, 768)) | {target.tokenizer.eos_token_id}))
+    warm = make_net("semi-ar", target.model.config, 4, other).bind(target)
+    warm_start(warm, source)
+    assert torch.equal(warm.vocab_ids, other)
+    assert torch.equal(warm.sub_head, target.model.lm_head.weight.detach()[other])
+    theirs = source.state_dict()
+    for name, value in warm.state_dict().items():
+        if name != "vocab_ids" and not name.startswith("calib_"):
+            assert torch.equal(value, theirs[name]), name
+
+
 # ---------------------------------------------------------------- tiny data + training
 
 @pytest.fixture(scope="module")
@@ -134,6 +153,49 @@ def test_extra_sampled_jobs_and_stable_hashes():
     assert _jobs(more, "test", prompts) == [(p, False) for p in prompts]
 
 
+def test_broad_prompts_are_new_and_never_benchmark_prompts():
+    from specd.worker.bench.prompts import DEFAULT_PROMPTS, read_prompt_file
+    from specd.worker.training.broad_prompts import ID_BASE, build_broad_prompts
+    from specd.worker.training.prompts import build_prompts
+
+    broad = build_broad_prompts(0)
+    assert [p.text for p in broad] == [p.text for p in build_broad_prompts(0)]  # deterministic
+    assert [p.text for p in broad] != [p.text for p in build_broad_prompts(1)]
+    assert len({p.text for p in broad}) == len(broad) >= 400
+    assert {p.task for p in broad} == {"chat", "writing", "code", "structured"}
+    assert {p.lang for p in broad} == {"en", "zh"}
+    assert min(p.id for p in broad) == ID_BASE > len(build_prompts(0))
+    assert not {p.text for p in broad} & {p.text for p in build_prompts(0)}
+    bench = {m["content"] for row in read_prompt_file(DEFAULT_PROMPTS) for m in row["messages"]}
+    assert not {p.text for p in broad} & bench  # the benchmark stays held out
+
+
+def test_extra_prompts_join_train_and_leave_old_hashes_alone(target):
+    from dataclasses import replace
+
+    from specd import SpecdError
+    from specd.worker.model import model_fingerprint
+    from specd.worker.training.data import _select_prompts, _settings_key, data_hash
+    from specd.worker.training.settings import DataSettings
+
+    second = DataSettings(n_train=992, n_calib=48, n_test=32, max_new_tokens=256, batch_size=64,
+                          sampled_fraction=0.0, extra_sampled=1)
+    tok, fingerprint = target.tokenizer, model_fingerprint(target)
+    plain = _select_prompts(tok, second)
+    assert plain["extra"] == [] and "extra_prompts" not in _settings_key(second)
+    # the committed drafters' data set keeps the hash recorded in their metadata
+    meta = json.loads(Path("worker/artifacts/smollm2-135m/semi-ar/metadata.json").read_text())
+    assert data_hash(second, fingerprint, plain) == meta["data"]["hash"]
+    wider = replace(second, extra_prompts=20)
+    more = _select_prompts(tok, wider)
+    assert all(more[s] == plain[s] for s in ("train", "calib", "test"))
+    assert len(more["extra"]) == 20 and {p.task for p in more["extra"]} <= {
+        "chat", "writing", "code", "structured"}
+    assert data_hash(wider, fingerprint, more) != data_hash(second, fingerprint, plain)
+    with pytest.raises(SpecdError, match="--extra-prompts 100000"):
+        _select_prompts(tok, replace(second, extra_prompts=100_000))
+
+
 def test_data_set_has_target_continuations_and_hidden_states(tiny_data, target):
     splits, directory = tiny_data
     meta = json.loads((directory / "meta.json").read_text())
@@ -151,6 +213,31 @@ def test_data_set_has_target_continuations_and_hidden_states(tiny_data, target):
         for j, tok in enumerate(cont):
             assert tok in ids[j]
             assert lps[j][list(ids[j]).index(tok)] == lps[j, 0]
+
+
+def test_extra_prompts_extend_a_cached_data_set(tiny_data, target, monkeypatch):
+    """A run with broad prompts reuses every cached batch and adds batches of its own."""
+    from dataclasses import replace
+
+    from specd.worker.model import model_fingerprint
+    from specd.worker.training.broad_prompts import ID_BASE
+    from specd.worker.training.data import DataSettings, generate_data, load_split
+
+    splits, directory = tiny_data
+    monkeypatch.setenv("SPECD_CACHE", str(directory.parent.parent))
+    chunks = sorted(directory.parent.glob("chunks-*/*.pt"))
+    settings = replace(DataSettings(n_train=12, n_calib=4, n_test=4, max_new_tokens=32,
+                                    batch_size=12, sampled_fraction=0.25), extra_prompts=2)
+    wider = generate_data(target, settings, model_fingerprint(target), progress=False)
+    assert wider != directory
+    added = sorted(set(directory.parent.glob("chunks-*/*.pt")) - set(chunks))
+    assert [p.name.split("_")[0] for p in added] == ["extra"]  # the old batches were reused
+    old, train = splits["train"], load_split(wider, "train")
+    assert len(train) == len(old) + 2
+    assert all(np.array_equal(train.sequence(i), old.sequence(i)) for i in range(len(old)))
+    assert (train.prompt_index[len(old):] >= ID_BASE).all()
+    meta = json.loads((wider / "meta.json").read_text())
+    assert meta["extra_prompts"] == 2 and meta["splits"]["train"] == 12
 
 
 @pytest.mark.slow
@@ -456,3 +543,19 @@ def test_warm_starts_record_lineage_and_never_share_checkpoints(tmp_path):
                                        "settings": {"lr": 3e-3}, "wall_seconds": 10.0,
                                        "heldout_tau5": 2.7}
     assert _lineage(second, None) == [{"command": "a"}, {"command": "b"}]
+
+
+def test_eval_prompts_come_from_a_prompt_file_when_given(target, tmp_path):
+    import argparse
+
+    from specd.worker.training.data import chat_ids
+    from specd.worker.training.jobs import eval_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "Why do cats purr?"}]}\n'
+                    '{"prompt": "Once upon a time"}\n')
+    args = argparse.Namespace(eval_prompts_file=str(path), eval_prompts=None)
+    got = eval_prompts(args, target, tmp_path)
+    assert got[0] == chat_ids(target.tokenizer, "Why do cats purr?") and len(got) == 2
+    args.eval_prompts = 1
+    assert eval_prompts(args, target, tmp_path) == got[:1]

@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="share of train prompts continued by sampling instead of greedy")
     g.add_argument("--extra-sampled", type=int, default=d.extra_sampled,
                    help="extra sampled (T=0.8) continuations per train prompt")
+    g.add_argument("--extra-prompts", type=int, default=d.extra_prompts,
+                   help="add this many broad prompts (chat, writing, ...: broad_prompts.py) "
+                        "to the training split")
     g.add_argument("--data-batch-size", type=int, default=d.batch_size,
                    help="prompts decoded together")
     g.add_argument("--data-dtype", default=d.dtype, help="target dtype while generating data")
@@ -71,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="artifacts to evaluate (short names or folders), comma-separated")
     e.add_argument("--eval-prompts", type=int, default=None,
                    help="held-out prompts to evaluate on (default: all)")
+    e.add_argument("--eval-prompts-file", default=None, metavar="JSONL",
+                   help="evaluate on this prompt file (the benchmark's format) instead of the "
+                        "held-out test split")
     e.add_argument("--eval-tokens", type=int, default=96, help="tokens generated per prompt")
     e.add_argument("--json", default=None, help="write the evaluation JSON here")
     e.add_argument("--plot", default=None, help="PNG plot path (default: next to --json)")

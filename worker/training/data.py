@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from specd import SpecdError
+from specd.worker.training.broad_prompts import build_broad_prompts
 from specd.worker.training.prompts import Prompt, build_prompts, split_prompts
 from specd.worker.training.settings import DataSettings
 
@@ -49,8 +51,9 @@ def _settings_key(settings: DataSettings) -> dict[str, Any]:
     """Settings as hashed: fields added later are left out at their neutral value, so the
     hashes of data sets made before they existed stay the same."""
     key = asdict(settings)
-    if key["extra_sampled"] == 0:
-        key.pop("extra_sampled")
+    for name in ("extra_sampled", "extra_prompts"):
+        if key[name] == 0:
+            key.pop(name)
     return key
 
 
@@ -58,8 +61,8 @@ def data_hash(settings: DataSettings, fingerprint: str, prompts: dict[str, list[
     digest = hashlib.sha256()
     digest.update(json.dumps(_settings_key(settings), sort_keys=True).encode())
     digest.update(fingerprint.encode())
-    for split in SPLITS:
-        for p in prompts[split]:
+    for split in (*SPLITS, "extra"):
+        for p in prompts.get(split, []):
             digest.update(f"{split}\x00{p.text}\x00".encode())
     return digest.hexdigest()[:16]
 
@@ -198,10 +201,24 @@ def _save_split(directory: Path, split: str, items: list[dict[str, Any]]) -> Non
 
 
 def _select_prompts(tokenizer: Any, settings: DataSettings) -> dict[str, list[Prompt]]:
-    """Prompts that fit ``max_prompt_tokens``, split; train order is a stable prefix."""
-    kept = [p for p in build_prompts(settings.seed)
-            if len(chat_ids(tokenizer, p.text)) <= settings.max_prompt_tokens]
-    return split_prompts(kept, settings.n_train, settings.n_calib, settings.n_test)
+    """Prompts that fit ``max_prompt_tokens``, split; train order is a stable prefix.
+
+    ``extra`` holds the first ``extra_prompts`` broad prompts (``broad_prompts.py``): they
+    train alongside ``train`` and are a stable prefix of their own list.
+    """
+    def fits(p: Prompt) -> bool:
+        return len(chat_ids(tokenizer, p.text)) <= settings.max_prompt_tokens
+
+    splits = split_prompts([p for p in build_prompts(settings.seed) if fits(p)],
+                           settings.n_train, settings.n_calib, settings.n_test)
+    splits["extra"] = []
+    if settings.extra_prompts:
+        broad = [p for p in build_broad_prompts(settings.seed) if fits(p)]
+        if settings.extra_prompts > len(broad):
+            raise SpecdError(f"--extra-prompts {settings.extra_prompts}: the broad prompt set "
+                             f"has {len(broad)}")
+        splits["extra"] = broad[:settings.extra_prompts]
+    return splits
 
 
 def _is_sampled(settings: DataSettings, prompt: Prompt) -> bool:
@@ -282,6 +299,39 @@ def _claim(path: Path) -> bool:
         return False
 
 
+def _decode_jobs(decode: _BatchDecoder, tok: Any, settings: DataSettings, chunks: Path,
+                 prefix: str, jobs: list[tuple[Prompt, bool]], seed_offset: int,
+                 shard: tuple[int, int] | None, progress: bool) -> list[dict[str, Any]]:
+    """Decode ``jobs`` batch by batch into ``chunks/<prefix>_<b>_<n>.pt`` (cached, claimable);
+    return the items (none in shard mode, which only fills the cache)."""
+    from tqdm import tqdm
+
+    bs = settings.batch_size
+    batches = [jobs[i:i + bs] for i in range(0, len(jobs), bs)]
+    items: list[dict[str, Any]] = []
+    bar = tqdm(batches, desc=f"data {prefix}", unit="batch", disable=not progress)
+    for b, batch in enumerate(bar):
+        path = chunks / f"{prefix}_{b:05d}_{len(batch)}.pt"
+        if shard is not None and shard[1] > 0 and b % shard[1] != shard[0]:
+            continue
+        if path.is_file():
+            if shard is None:
+                items += torch.load(path, weights_only=False)
+            continue
+        if shard is not None and shard[1] == 0 and not _claim(path):
+            continue  # another worker has it
+        temps = [settings.sample_temperature if s_ else 0.0 for _, s_ in batch]
+        gen = torch.Generator().manual_seed(settings.seed * 100003 + seed_offset + b)
+        res = decode([chat_ids(tok, p.text) for p, _ in batch], temps, gen)
+        for r, (p, s_) in zip(res, batch, strict=True):
+            r["prompt_index"], r["sampled"] = p.id, s_
+        torch.save(res, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").rename(path)
+        items += res
+        bar.set_postfix(tokens=sum(len(x["hidden"]) for x in items))
+    return items
+
+
 def generate_data(target: Any, settings: DataSettings, fingerprint: str,
                   progress: bool = True, shard: tuple[int, int] | None = None) -> Path:
     """Generate (or reuse) the data set; return its folder. Resumable batch by batch.
@@ -292,9 +342,6 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
     next free batch (parallel workers filling the chunk cache); a run without ``shard``
     fills the gaps and assembles the data set.
     """
-    from tqdm import tqdm
-
-
     tok = target.tokenizer
     all_prompts = _select_prompts(tok, settings)
     digest = data_hash(settings, fingerprint, all_prompts)
@@ -302,39 +349,22 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
     if (directory / "meta.json").is_file():
         return directory
     base = _settings_key(settings)
-    for key in ("n_train", "n_calib", "n_test"):
-        base.pop(key)
+    for key in ("n_train", "n_calib", "n_test", "extra_prompts"):
+        base.pop(key, None)
     chunk_key = hashlib.sha256(json.dumps([base, fingerprint, settings.n_test, settings.n_calib],
                                           sort_keys=True).encode()).hexdigest()[:16]
     chunks = cache_root() / f"chunks-{chunk_key}"
     chunks.mkdir(parents=True, exist_ok=True)
     decode = _BatchDecoder(target, settings)
-    bs = settings.batch_size
     for split in ("test", "calib", "train"):  # train last: its batches extend
-        jobs = _jobs(settings, split, all_prompts[split])
-        batches = [jobs[i:i + bs] for i in range(0, len(jobs), bs)]
+        # (chunk file prefix, jobs, seed offset): the broad prompts get batches of their own
+        groups = [(split, _jobs(settings, split, all_prompts[split]), 0)]
+        if split == "train" and all_prompts["extra"]:
+            groups.append(("extra", _jobs(settings, "train", all_prompts["extra"]), 50_000))
         items: list[dict[str, Any]] = []
-        bar = tqdm(batches, desc=f"data {split}", unit="batch", disable=not progress)
-        for b, batch in enumerate(bar):
-            path = chunks / f"{split}_{b:05d}_{len(batch)}.pt"
-            if shard is not None and shard[1] > 0 and b % shard[1] != shard[0]:
-                continue
-            if path.is_file():
-                if shard is None:
-                    items += torch.load(path, weights_only=False)
-                continue
-            if shard is not None and shard[1] == 0 and not _claim(path):
-                continue  # another worker has it
-            sampled = [s_ for _, s_ in batch]
-            temps = [settings.sample_temperature if s_ else 0.0 for s_ in sampled]
-            gen = torch.Generator().manual_seed(settings.seed * 100003 + b)
-            res = decode([chat_ids(tok, p.text) for p, _ in batch], temps, gen)
-            for r, (p, s_) in zip(res, batch, strict=True):
-                r["prompt_index"], r["sampled"] = p.id, s_
-            torch.save(res, path.with_suffix(".tmp"))
-            path.with_suffix(".tmp").rename(path)
-            items += res
-            bar.set_postfix(tokens=sum(len(x["hidden"]) for x in items))
+        for prefix, jobs, seed_offset in groups:
+            items += _decode_jobs(decode, tok, settings, chunks, prefix, jobs, seed_offset,
+                                  shard, progress)
         if shard is None:
             directory.mkdir(parents=True, exist_ok=True)
             _save_split(directory, split, items)
@@ -342,6 +372,7 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
         return chunks
     meta = {"hash": digest, "settings": asdict(settings), "target_fingerprint": fingerprint,
             "splits": {s: len(all_prompts[s]) for s in SPLITS},
+            "extra_prompts": len(all_prompts["extra"]),  # broad prompts inside train
             "rows": {s: int(np.load(directory / s / "row_off.npy")[-1]) for s in SPLITS}}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return directory

@@ -186,9 +186,25 @@ def _coverage(split: Any, vocab_ids: Any) -> float:
     return hits / max(1, total)
 
 
+def eval_prompts(args: argparse.Namespace, target: Any, data_dir: Path) -> list[list[int]]:
+    """Prompt token ids to evaluate on: the held-out test split, or ``--eval-prompts-file``
+    (a benchmark JSONL: prompts no template made, to see how far the drafters generalise)."""
+    if args.eval_prompts_file:
+        from specd.worker.bench.prompts import encode_prompts, read_prompt_file
+
+        ids = [p.token_ids for p in encode_prompts(read_prompt_file(args.eval_prompts_file),
+                                                   target.tokenizer)]
+    else:
+        from specd.worker.training.data import load_split
+
+        test = load_split(data_dir, "test")
+        ids = [list(map(int, test.sequence(i)[:int(test.prompt_len[i])]))
+               for i in range(len(test))]
+    return ids if args.eval_prompts is None else ids[:args.eval_prompts]
+
+
 def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str, Any]:
     from specd.worker.drafters.artifacts import load_drafter
-    from specd.worker.training.data import load_split
     from specd.worker.training.evaluate import evaluate_drafters, plot, summary_table
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -201,11 +217,11 @@ def run_eval(args: argparse.Namespace, target: Any, data_dir: Path) -> dict[str,
         net = load_drafter(where, target)
         key = net.method if net.method not in drafters else name
         drafters[key], paths[key] = net, where
-    test = load_split(data_dir, "test")
-    n = len(test) if args.eval_prompts is None else min(len(test), args.eval_prompts)
-    prompts = [list(map(int, test.sequence(i)[:int(test.prompt_len[i])])) for i in range(n)]
+    prompts = eval_prompts(args, target, data_dir)
     result = evaluate_drafters(target, drafters, prompts, args.eval_tokens,
                                progress=not args.no_progress)
+    for figures in result.values():
+        figures["eval_set"]["source"] = args.eval_prompts_file or "test split"
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

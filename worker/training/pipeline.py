@@ -21,7 +21,7 @@ def data_settings(args: argparse.Namespace) -> Any:
     return DataSettings(seed=args.seed, n_train=args.n_train, n_calib=args.n_calib,
                         n_test=args.n_test, max_new_tokens=args.max_new_tokens,
                         sampled_fraction=args.sampled_fraction,
-                        extra_sampled=args.extra_sampled,
+                        extra_sampled=args.extra_sampled, extra_prompts=args.extra_prompts,
                         batch_size=args.data_batch_size, dtype=args.data_dtype)
 
 
@@ -55,8 +55,9 @@ def run_action(args: argparse.Namespace) -> int:
     for name in ("n_train", "n_calib", "n_test", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise SpecdError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.extra_sampled < 0:
-        raise SpecdError("--extra-sampled must be >= 0")
+    for name in ("extra_sampled", "extra_prompts"):
+        if getattr(args, name) < 0:
+            raise SpecdError(f"--{name.replace('_', '-')} must be >= 0")
     shard = parse_shard(getattr(args, "data_shard", None))  # refuse bad input before loading
     target = load_model(args.model, args.device)
     fingerprint = model_fingerprint(target)

@@ -18,6 +18,8 @@ class DataSettings:
     sample_temperature: float = 0.8
     # extra sampled continuations per train prompt, on top of its main one (more data per prompt)
     extra_sampled: int = 0
+    # prompts from the broad family (broad_prompts.py: chat, writing, ...) added to train
+    extra_prompts: int = 0
     topk: int = 8
     batch_size: int = 32
     dtype: str = "bfloat16"  # the target's dtype while generating (bf16 is ~2x on AVX512 CPUs)

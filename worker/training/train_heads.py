@@ -250,15 +250,16 @@ def make_net(method: str, target_config: Any, K: int, vocab_ids: torch.Tensor,
 
 
 def warm_start(net: Any, source: Any) -> None:
-    """Copy every weight ``source`` has in the same shape; refuse another output vocabulary."""
-    if not torch.equal(net.vocab_ids.cpu(), source.vocab_ids.cpu()):
-        from specd import SpecdError
+    """Copy every weight ``source`` has in the same shape.
 
-        raise SpecdError("--init-from: the artifact has another output vocabulary (train it on "
-                         "the same data with the same --num-vocab)")
+    The output vocabulary may differ (new data can change which tokens are frequent): no
+    learned weight is indexed by it -- the output rows are the target's frozen LM head rows
+    for ``vocab_ids`` -- so ``net`` keeps its own ``vocab_ids`` and the rest carries over.
+    """
     own = net.state_dict()
     shared = {k: v for k, v in source.state_dict().items()
-              if k in own and own[k].shape == v.shape and not k.startswith("calib_")}
+              if k in own and own[k].shape == v.shape and not k.startswith("calib_")
+              and k != "vocab_ids"}
     net.load_state_dict(shared, strict=False)
 
 
