@@ -20,8 +20,8 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from specd.worker.engine.kv_cache import KVCache
 from specd.worker.engine.kernels import linear
+from specd.worker.engine.kv_cache import KVCache
 
 Want = Literal["all", "last", "none"]
 SHORT_ROW = 32  # rows with at most this many new tokens share one padded attention call

@@ -60,9 +60,8 @@ def build(args: argparse.Namespace) -> tuple[Any, ServerSettings]:
         policy = read_policy_file(args.policy_file)
         policy_text = Path(args.policy_file).read_text()
     from specd.worker.engine import Engine, EngineConfig  # heavy: after the cheap checks
-    from specd.worker.model import load_model
-
     from specd.worker.engine.threads import serial_main_thread
+    from specd.worker.model import load_model
 
     # the event loop's thread stays serial; the engine's round thread runs the tensor work
     threads = serial_main_thread()
