@@ -26,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     engine.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     engine.add_argument("--k", type=int, default=4, help="draft length K (fixed verifies K)")
+    engine.add_argument("--min-seconds", type=float, default=0.0,
+                        help="repeat the engine groups at each concurrency in passes until "
+                             "each has run this long there (median pass reported; at most "
+                             "5 passes)")
     engine.add_argument("--device", default="auto")
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--json", dest="json_out", default=None, help="write results here")
@@ -81,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
               "(each measures its step-cost table)", flush=True)
         results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
                                            args.max_tokens, args.k, on_cell=progress,
-                                           engine_options={"threads": threads})
+                                           engine_options={"threads": threads},
+                                           min_seconds=args.min_seconds)
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     eos = loaded.tokenizer.eos_token_id
     bench.mark_matches(results, eos_ids=[eos] if eos is not None else [],
@@ -89,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": threads})
+        "threads": threads, "min_seconds": args.min_seconds})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
     return 0

@@ -36,3 +36,39 @@ def test_groups_run_interleaved_and_match_plain(target, chat_prompt_ids, same_or
             same_or_near_tie(p.token_ids, out, ref)  # batched: only logit near-ties may differ
     sched = doc["groups"]["semi-ar-scheduled"]["1"]
     assert sched["tau"] > 1.0 and sched["drafter_memory_mb"] > 0
+
+
+def test_min_seconds_repeats_passes_and_reports_the_median(target, chat_prompt_ids, monkeypatch):
+    from specd.worker.bench import engine_bench
+
+    monkeypatch.setattr(engine_bench, "MAX_PASSES", 3)
+    prompts = [BenchPrompt(chat_prompt_ids("Name two fruits."), "chat", "Name two fruits.")]
+    groups = parse_groups("plain,ngram")
+    seen: list[tuple[str, int]] = []
+    results = run_engine_groups(target, groups, prompts, [1], max_tokens=6, k=3,
+                                on_cell=lambda g, c: seen.append((g, c)),
+                                engine_options={"cost_profile": "none"}, min_seconds=1e9)
+    # never long enough: MAX_PASSES passes, the order alternating between passes
+    assert seen == [("plain", 1), ("ngram", 1), ("ngram", 1), ("plain", 1), ("plain", 1),
+                    ("ngram", 1)]
+    cell = results["plain"][1]
+    assert len(cell.pass_seconds) == 3 and cell.seconds == pytest.approx(sum(cell.pass_seconds))
+    assert len(cell.per_request_tokens_per_s) == 3 and len(cell.outputs) == 1
+    summary = cell.summary()
+    assert summary["passes_tokens_per_s"] == [round(6 / s, 1) for s in cell.pass_seconds]
+    assert summary["tokens_per_s"] == pytest.approx(sorted(6 / s for s in cell.pass_seconds)[1])
+
+
+def test_add_pass_sums_counters_and_keeps_the_first_outputs():
+    from specd.worker.bench.engine_bench import Cell
+
+    first = Cell([[1, 2]], 2.0, [1.0], rounds=2, accepted=1, phase_seconds={"verify": 1.5})
+    first.add_pass(Cell([[1, 3]], 1.0, [2.0], rounds=3, accepted=3,
+                        phase_seconds={"verify": 0.5, "draft": 0.2}))
+    first.add_pass(Cell([[1, 2]], 4.0, [0.5], rounds=1, accepted=0))
+    assert first.outputs == [[1, 2]] and first.pass_seconds == [2.0, 1.0, 4.0]
+    assert (first.rounds, first.accepted, first.seconds) == (6, 4, 7.0)
+    assert first.phase_seconds == {"verify": 2.0, "draft": 0.2}
+    s = first.summary()
+    assert s["tokens_per_s"] == 1.0 and s["passes_tokens_per_s"] == [1.0, 2.0, 0.5]
+    assert s["tau"] == (4 + 6) / 6

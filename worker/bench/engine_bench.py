@@ -5,13 +5,17 @@ the next prompt when one finishes, like C users. Every figure of every group com
 same process and the same prompts, so the ratios between groups are what to read (the
 machine is shared and noisy; absolute numbers drift, ratios measured side by side do not).
 Engine groups run interleaved (all groups at one concurrency, then the next), so the cells
-compared with each other are measured close together in time.
+compared with each other are measured close together in time. With ``--min-seconds S`` the
+groups at one concurrency run in repeated passes (order alternating) until each has run S
+seconds there, and a cell's tokens/s is the median of its passes: short cells (high
+concurrency, a few seconds each) are the noisiest, and they get the most passes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -45,12 +49,29 @@ class Cell:
     match_plain: bool | None = None
     matched_requests: int = 0
     started_s: float | None = None  # when the cell began, seconds into the engine groups' run
+    pass_seconds: list[float] = field(default_factory=list)  # every pass (``add_pass``)
+
+    def add_pass(self, other: Cell) -> None:
+        """Fold a repeated pass over the same prompts into this cell (outputs: the first's)."""
+        if not self.pass_seconds:
+            self.pass_seconds.append(self.seconds)
+        self.pass_seconds.append(other.seconds)
+        self.seconds += other.seconds
+        self.per_request_tokens_per_s += other.per_request_tokens_per_s
+        for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for phase, sec in other.phase_seconds.items():
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + sec
+        self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
 
     def summary(self) -> dict[str, Any]:
         tokens = sum(len(o) for o in self.outputs)
         phase_total = sum(self.phase_seconds.values())
+        rates = [tokens / s for s in self.pass_seconds or [self.seconds] if s]
         return {
-            "tokens_per_s": tokens / self.seconds if self.seconds else 0.0,
+            # the median pass (one pass: its rate)
+            "tokens_per_s": statistics.median(rates) if rates else 0.0,
+            "passes_tokens_per_s": [round(r, 1) for r in rates],
             "per_request_tokens_per_s": (sum(self.per_request_tokens_per_s)
                                          / len(self.per_request_tokens_per_s)),
             "tau": ((self.accepted + self.rounds) / self.rounds) if self.rounds else None,
@@ -75,7 +96,7 @@ class Cell:
             "match_plain": self.match_plain,
             "matched_requests": self.matched_requests,
             "requests": len(self.outputs),
-            "output_tokens": tokens,
+            "output_tokens": tokens,  # per pass
             "seconds": round(self.seconds, 3),
             "started_s": round(self.started_s, 1) if self.started_s is not None else None,
         }
@@ -156,18 +177,24 @@ async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
     return outputs, time.perf_counter() - start, rates
 
 
+MAX_PASSES = 5
+
+
 def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt],
                       concurrencies: Sequence[int], max_tokens: int, k: int,
                       drafter_path: str | None = None, on_cell: Any = None,
-                      engine_options: dict[str, Any] | None = None) -> dict[str, dict[int, Cell]]:
+                      engine_options: dict[str, Any] | None = None,
+                      min_seconds: float = 0.0) -> dict[str, dict[int, Cell]]:
     """Run engine groups interleaved: every group at one concurrency, then the next.
 
     One engine per group (each with its own measured cost profile) stays up for the whole
     run (its round thread only while its cell runs), so the groups compared at a concurrency
     run minutes apart rather than an hour apart
-    (this machine's speed drifts); the order of the groups alternates between concurrencies
-    so no group always runs first. ``on_cell(group, concurrency)`` is called before each cell;
-    ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
+    (this machine's speed drifts); the order of the groups alternates between passes
+    so no group always runs first. With ``min_seconds`` the groups at a concurrency repeat in
+    passes until each has run that long there (at most ``MAX_PASSES``); every cell then holds
+    all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is called before each
+    cell; ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
     """
     from prometheus_client import CollectorRegistry
 
@@ -192,21 +219,29 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
             await engine.start()  # measures its step-cost table once
             await engine.stop()
         began = time.perf_counter()
-        for turn, concurrency in enumerate(concurrencies):
-            order = list(groups) if turn % 2 == 0 else list(reversed(groups))
-            for group in order:
-                if on_cell is not None:
-                    on_cell(group.name, concurrency)
-                engine, registry = engines[group.name]
-                at = time.perf_counter() - began
-                await engine.start()
-                try:
-                    cell = await _run_cell(engine, registry, group.name, prompts, concurrency,
-                                           max_tokens)
-                finally:
-                    await engine.stop(drain=False)
-                cell.started_s = at
-                cells[group.name][concurrency] = cell
+        turn = 0
+        for concurrency in concurrencies:
+            for _ in range(MAX_PASSES):
+                order = list(groups) if turn % 2 == 0 else list(reversed(groups))
+                turn += 1
+                for group in order:
+                    if on_cell is not None:
+                        on_cell(group.name, concurrency)
+                    engine, registry = engines[group.name]
+                    at = time.perf_counter() - began
+                    await engine.start()
+                    try:
+                        cell = await _run_cell(engine, registry, group.name, prompts,
+                                               concurrency, max_tokens)
+                    finally:
+                        await engine.stop(drain=False)
+                    cell.started_s = at
+                    if concurrency in cells[group.name]:
+                        cells[group.name][concurrency].add_pass(cell)
+                    else:
+                        cells[group.name][concurrency] = cell
+                if all(cells[g.name][concurrency].seconds >= min_seconds for g in groups):
+                    break
 
     asyncio.run(run_all())
     return cells
