@@ -183,15 +183,22 @@ def test_extra_prompts_join_train_and_leave_old_hashes_alone(target):
     tok, fingerprint = target.tokenizer, model_fingerprint(target)
     plain = _select_prompts(tok, second)
     assert plain["extra"] == [] and "extra_prompts" not in _settings_key(second)
-    # the committed drafters' data set keeps the hash recorded in their metadata
-    meta = json.loads(Path("worker/artifacts/smollm2-135m/semi-ar/metadata.json").read_text())
-    assert data_hash(second, fingerprint, plain) == meta["data"]["hash"]
+    # data sets made before --extra-prompts existed keep the hashes their drafters recorded
+    art = Path("worker/artifacts/smollm2-135m")
+    first_stage = json.loads((art / "semi-ar/metadata.json").read_text())["lineage"][0]
+    assert data_hash(second, fingerprint, plain) == first_stage["data_hash"]
+    first = DataSettings()  # the draft model's data set: the defaults
+    assert data_hash(first, fingerprint, _select_prompts(tok, first)) == json.loads(
+        (art / "draft-model/metadata.json").read_text())["data"]["hash"]
     wider = replace(second, extra_prompts=20)
     more = _select_prompts(tok, wider)
     assert all(more[s] == plain[s] for s in ("train", "calib", "test"))
     assert len(more["extra"]) == 20 and {p.task for p in more["extra"]} <= {
         "chat", "writing", "code", "structured"}
     assert data_hash(wider, fingerprint, more) != data_hash(second, fingerprint, plain)
+    broad = replace(second, extra_prompts=461)  # the committed heads' data set
+    assert data_hash(broad, fingerprint, _select_prompts(tok, broad)) == json.loads(
+        (art / "semi-ar/metadata.json").read_text())["data"]["hash"]
     with pytest.raises(SpecdError, match="--extra-prompts 100000"):
         _select_prompts(tok, replace(second, extra_prompts=100_000))
 
