@@ -162,80 +162,57 @@ CODE_ZH = ["用Python写一个判断闰年的函数。", "用SQL查询每个部�
            "用Python读取一个文本文件并打印行数。", "用Go写一个打印九九乘法表的程序。"]
 
 
-def _english() -> list[tuple[str, str]]:
-    items: list[tuple[str, str]] = []
-    for a in ACTIVITIES_EN:
-        items += [("chat", f"What are three tips for {a}?"), ("chat", f"Give me advice on {a}."),
-                  ("chat", f"What mistakes do people make when {a}?")]
-    for h in HOWTO_EN:
-        items += [("chat", f"How do I {h}?"), ("chat", f"What is the easiest way to {h}?")]
-    for w in WHY_EN:
-        items += [("chat", f"Why {w}?"), ("chat", f"Why {w}? Answer for a child.")]
-    for a, b in PAIRS_EN:
-        items.append(("chat", f"What is the difference between {a} and {b}?"))
-    for s in SITUATIONS_EN:
-        items += [("chat", f"What should I prepare for {s}?"), ("chat", f"Any advice for {s}?")]
-    for r in RECIPIENTS_EN:
-        for s in LETTER_SUBJECTS_EN:
-            items.append(("writing", f"Write a letter to {r} about {s}."))
-    for o in OCCASIONS_EN:
-        items += [("writing", f"Write a speech for {o}."),
-                  ("writing", f"Write a short toast for {o}.")]
-    for p in PRODUCTS_EN:
-        items += [("writing", f"Write a product description for {p}."),
-                  ("writing", f"Write a customer review of {p}.")]
-    for c in CHARACTERS_EN:
-        items += [("writing", f"Write a short story about {c}."),
-                  ("writing", f"Tell a bedtime story about {c}.")]
-    for p in PEOPLE_EN:
-        items.append(("writing", f"Describe a typical day in the life of {p}."))
-    for p in PLACES_EN:
-        items += [("writing", f"Describe how {p} changes over a day."),
-                  ("writing", f"Describe the sounds and smells of {p}.")]
-    for t in POEM_TOPICS_EN:
-        items.append(("writing", f"Write a short poem about {t}."))
-    for t in SQL_TASKS:
-        items.append(("code", f"Write a SQL query that {t}."))
-    for t in BASH_TASKS:
-        items.append(("code", f"Write a shell command that {t}."))
-    for c in CLASSES:
-        for lang in ("Python", "Java", "TypeScript"):
-            items.append(("code", f"Write a {lang} class for {c}."))
-    for s in SNIPPETS:
-        items += [("code", f"What does this Python line do? {s}"),
-                  ("code", f"Explain this code step by step: {s}")]
-    for cols in CSV_COLUMNS:
-        items.append(("structured", f"Return a CSV with the columns {cols} and four rows."))
-    for what, how in THINGS:
-        items.append(("structured", f"List {what} {how}."))
-    for what, attr in TABLE_ITEMS:
-        items.append(("structured", f"Make a Markdown table of {what} and their {attr}."))
-    for what, attr in JSON_ITEMS:
-        items.append(("structured", f"Return a JSON list of {what} with their {attr}."))
-    for keys in YAML_KEYS:
-        items.append(("structured", f"Write a YAML file with the keys {keys}."))
-    return items
+# (task, subjects, templates): every template filled with every subject
+FAMILIES_EN: list[tuple[str, list[str], list[str]]] = [
+    ("chat", ACTIVITIES_EN, ["What are three tips for {}?", "Give me advice on {}.",
+                             "What mistakes do people make when {}?"]),
+    ("chat", HOWTO_EN, ["How do I {}?", "What is the easiest way to {}?"]),
+    ("chat", WHY_EN, ["Why {}?", "Why {}? Answer for a child."]),
+    ("chat", [f"{a} and {b}" for a, b in PAIRS_EN], ["What is the difference between {}?"]),
+    ("chat", SITUATIONS_EN, ["What should I prepare for {}?", "Any advice for {}?"]),
+    ("writing", [f"{r} about {s}" for r in RECIPIENTS_EN for s in LETTER_SUBJECTS_EN],
+     ["Write a letter to {}."]),
+    ("writing", OCCASIONS_EN, ["Write a speech for {}.", "Write a short toast for {}."]),
+    ("writing", PRODUCTS_EN, ["Write a product description for {}.",
+                              "Write a customer review of {}."]),
+    ("writing", CHARACTERS_EN, ["Write a short story about {}.", "Tell a bedtime story about {}."]),
+    ("writing", PEOPLE_EN, ["Describe a typical day in the life of {}."]),
+    ("writing", PLACES_EN, ["Describe how {} changes over a day.",
+                            "Describe the sounds and smells of {}."]),
+    ("writing", POEM_TOPICS_EN, ["Write a short poem about {}."]),
+    ("code", SQL_TASKS, ["Write a SQL query that {}."]),
+    ("code", BASH_TASKS, ["Write a shell command that {}."]),
+    ("code", [f"{lang} class for {c}" for c in CLASSES for lang in ("Python", "Java", "TypeScript")],
+     ["Write a {}."]),
+    ("code", SNIPPETS, ["What does this Python line do? {}", "Explain this code step by step: {}"]),
+    ("structured", CSV_COLUMNS, ["Return a CSV with the columns {} and four rows."]),
+    ("structured", [f"{what} {how}" for what, how in THINGS], ["List {}."]),
+    ("structured", [f"{what} and their {attr}" for what, attr in TABLE_ITEMS],
+     ["Make a Markdown table of {}."]),
+    ("structured", [f"{what} with their {attr}" for what, attr in JSON_ITEMS],
+     ["Return a JSON list of {}."]),
+    ("structured", YAML_KEYS, ["Write a YAML file with the keys {}."]),
+]
+FAMILIES_ZH: list[tuple[str, list[str], list[str]]] = [
+    ("chat", ACTIVITIES_ZH, ["关于{}，你有什么建议？", "{}有哪些小技巧？"]),
+    ("chat", HOWTO_ZH, ["怎样{}？"]),
+    ("chat", WHY_ZH, ["为什么{}？"]),
+    ("chat", [f"{a}和{b}" for a, b in PAIRS_ZH], ["{}有什么区别？"]),
+    ("writing", WRITING_ZH, ["{}"]),
+    ("structured", STRUCT_ZH, ["{}"]),
+    ("code", CODE_ZH, ["{}"]),
+]
 
 
-def _chinese() -> list[tuple[str, str]]:
-    items: list[tuple[str, str]] = []
-    for a in ACTIVITIES_ZH:
-        items += [("chat", f"关于{a}，你有什么建议？"), ("chat", f"{a}有哪些小技巧？")]
-    for h in HOWTO_ZH:
-        items.append(("chat", f"怎样{h}？"))
-    for w in WHY_ZH:
-        items.append(("chat", f"为什么{w}？"))
-    for a, b in PAIRS_ZH:
-        items.append(("chat", f"{a}和{b}有什么区别？"))
-    items += [("writing", t) for t in WRITING_ZH]
-    items += [("structured", t) for t in STRUCT_ZH]
-    items += [("code", t) for t in CODE_ZH]
-    return items
+def _expand(families: list[tuple[str, list[str], list[str]]]) -> list[tuple[str, str]]:
+    return [(task, template.format(subject)) for task, subjects, templates in families
+            for subject in subjects for template in templates]
 
 
 def build_broad_prompts(seed: int = 0) -> list[Prompt]:
     """Every broad prompt, shuffled deterministically by ``seed`` (ids from ``ID_BASE``)."""
-    items = sorted({(lang, task, text) for lang, pairs in (("en", _english()), ("zh", _chinese()))
-                    for task, text in pairs})
+    items = sorted({(lang, task, text) for lang, families in (("en", FAMILIES_EN),
+                                                              ("zh", FAMILIES_ZH))
+                    for task, text in _expand(families)})
     random.Random(seed + 1).shuffle(items)
     return [Prompt(ID_BASE + i, lang, task, text) for i, (lang, task, text) in enumerate(items)]
