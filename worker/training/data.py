@@ -303,7 +303,7 @@ def _decode_jobs(decode: _BatchDecoder, tok: Any, settings: DataSettings, chunks
                  prefix: str, jobs: list[tuple[Prompt, bool]], seed_offset: int,
                  shard: tuple[int, int] | None, progress: bool) -> list[dict[str, Any]]:
     """Decode ``jobs`` batch by batch into ``chunks/<prefix>_<b>_<n>.pt`` (cached, claimable);
-    return the items (none in shard mode, which only fills the cache)."""
+    return the items (in shard mode only those this worker decoded: it fills the cache)."""
     from tqdm import tqdm
 
     bs = settings.batch_size
