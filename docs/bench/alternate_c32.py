@@ -1,5 +1,8 @@
 """c=32 back to back: plain and semi-ar-scheduled engines alternate, 3 times each, same 40 prompts.
 
+Kept as the script behind engine-cpu-2026-11-29-v6-c32-alternation.json; the benchmark now does
+this itself: specd bench engine --groups plain,semi-ar-scheduled --concurrency 32 --min-seconds 60
+
     .venv/bin/python docs/bench/alternate_c32.py   # prints per-run tokens/s and the JSON summary
 """
 import time, torch, json, statistics as S

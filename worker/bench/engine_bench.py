@@ -49,13 +49,15 @@ class Cell:
     match_plain: bool | None = None
     matched_requests: int = 0
     started_s: float | None = None  # when the cell began, seconds into the engine groups' run
-    pass_seconds: list[float] = field(default_factory=list)  # every pass (``add_pass``)
+    pass_seconds: list[float] = field(default_factory=list)  # every pass; seconds = their sum
+
+    def __post_init__(self) -> None:
+        if not self.pass_seconds:
+            self.pass_seconds = [self.seconds]
 
     def add_pass(self, other: Cell) -> None:
         """Fold a repeated pass over the same prompts into this cell (outputs: the first's)."""
-        if not self.pass_seconds:
-            self.pass_seconds.append(self.seconds)
-        self.pass_seconds.append(other.seconds)
+        self.pass_seconds += other.pass_seconds
         self.seconds += other.seconds
         self.per_request_tokens_per_s += other.per_request_tokens_per_s
         for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
@@ -67,7 +69,7 @@ class Cell:
     def summary(self) -> dict[str, Any]:
         tokens = sum(len(o) for o in self.outputs)
         phase_total = sum(self.phase_seconds.values())
-        rates = [tokens / s for s in self.pass_seconds or [self.seconds] if s]
+        rates = [tokens / s for s in self.pass_seconds if s]
         return {
             # the median pass (one pass: its rate)
             "tokens_per_s": statistics.median(rates) if rates else 0.0,
