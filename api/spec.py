@@ -42,6 +42,7 @@ class DrafterSpec(_Spec):
     method: DrafterMethod = "none"
     artifact: str | None = None
     k: int = 5
+    prompt_lookup: bool = False
 
 
 class VerificationSpec(_Spec):
@@ -191,10 +192,14 @@ class ServiceSpec(_Spec):
         """Everything in the spec that changes the worker pod (the revision hashes this).
 
         Not included: replicas (scaling never rolls), verification (hot-reloaded policy),
-        rollout and tuning (operator behaviour)."""
+        rollout and tuning (operator behaviour). Fields added later leave the hash when
+        off, so an operator upgrade does not roll every service."""
+        drafter = self.drafter.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not drafter.get("promptLookup"):
+            drafter.pop("promptLookup", None)
         return {
             "model": self.model.model_dump(mode="json", by_alias=True, exclude_none=True),
-            "drafter": self.drafter.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "drafter": drafter,
             "engine": self.engine.model_dump(mode="json", by_alias=True, exclude_none=True),
             "worker": self.worker.model_dump(mode="json", by_alias=True, exclude_none=True),
         }

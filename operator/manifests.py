@@ -154,6 +154,8 @@ def worker_args(spec: ServiceSpec) -> list[str]:
             "--max-context", str(model.max_context), "--drafter", drafter.method]
     if drafter.artifact:
         args += ["--drafter-path", drafter.artifact]
+    if drafter.prompt_lookup:
+        args.append("--prompt-lookup")
     args += ["--max-slots", str(engine.max_batch),
              "--max-queue", str(engine.queue_bound),
              "--policy-file", f"{k8s.POLICY_MOUNT_DIR}/{POLICY_KEY}",

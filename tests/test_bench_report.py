@@ -53,6 +53,11 @@ def test_mark_matches_counts_differing_requests():
     assert results["semi-ar-fixed"][1].match_plain is False
     assert results["semi-ar-fixed"][1].matched_requests == 1
     assert comparisons({"plain": {}}) == {"semi-ar-scheduled": {}}
+    both = {"plain": {"1": {"tokens_per_s": 10.0}},
+            "semi-ar-lookup-scheduled": {"1": {"tokens_per_s": 15.0, "phase_share": {}}}}
+    rows = comparisons(both)  # only the scheduled groups that ran
+    assert list(rows) == ["semi-ar-lookup-scheduled"]
+    assert rows["semi-ar-lookup-scheduled"]["1"]["vs_plain"] == 1.5
 
 
 def test_peers_are_compared_up_to_the_first_end_of_turn():

@@ -124,6 +124,7 @@ def test_policy_only_edit_changes_configmap_not_pod_template() -> None:
     ("model", "reference", "HuggingFaceTB/SmolLM2-360M-Instruct"),
     ("model", "dtype", "float32"),
     ("drafter", "k", 5),
+    ("drafter", "promptLookup", True),
     ("engine", "maxBatch", 8),
     ("worker", "image", "specd-worker:0.2.0"),
 ])
@@ -167,8 +168,26 @@ def test_worker_pod_shape() -> None:
     assert "command" not in container  # the image entrypoint (tini -- specd serve) stays
     assert args[args.index("--policy-file") + 1] == f"{k8s.POLICY_MOUNT_DIR}/{POLICY_KEY}"
     assert args[args.index("--drafter") + 1] == "parallel"
+    assert "--prompt-lookup" not in args
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SPECD_TRACK"] == "stable" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_worker_flags_are_what_specd_serve_parses() -> None:
+    """The operator's args and the worker's parser are one contract: every flag it writes
+    (prompt lookup included) parses to the values of the spec."""
+    import argparse
+
+    from specd.commands import serve
+
+    owner = _sample()
+    owner["spec"]["drafter"]["promptLookup"] = True
+    (container,) = _build(owner)["Deployment"]["spec"]["template"]["spec"]["containers"]
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args(container["args"])
+    assert args.prompt_lookup is True and args.drafter == "parallel"
+    assert args.max_slots == owner["spec"].get("engine", {}).get("maxBatch", 16)
 
 
 def test_policy_follows_drafter_when_mode_unset() -> None:

@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=DRAFTER_CHOICES)
     add("--drafter-path", "SPECD_DRAFTER_PATH", None,
         "trained drafter artifact (default: the packaged one for the drafter)")
+    parser.add_argument("--prompt-lookup", action="store_true",
+                        default=os.environ.get("SPECD_PROMPT_LOOKUP", "") in ("1", "true"),
+                        help="prompt lookup beside the trained drafter, per request and round "
+                             "the better proposal [env SPECD_PROMPT_LOOKUP=1]")
     add("--policy-file", "SPECD_POLICY_FILE", None,
         "verification policy JSON (the mounted ConfigMap file); hot-reloaded")
     add("--policy-poll-interval", "SPECD_POLICY_POLL_INTERVAL", 1.0,

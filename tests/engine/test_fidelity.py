@@ -56,9 +56,11 @@ def test_plain_equals_hf_generate(plain_outputs, hf_reference):
     assert all(o.spec.tau == 1.0 and o.spec.drafted == 0 for o in plain_outputs)
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "parallel", "semi-ar", "draft-model"])
+@pytest.mark.parametrize("drafter", ["ngram", "parallel", "semi-ar", "draft-model",
+                                     "semi-ar+lookup"])
 def test_speculative_greedy_is_token_identical(drafter, make_engine, prompts, hf_reference):
-    engine = make_engine(drafter, POLICIES["fixed"])
+    name, _, lookup = drafter.partition("+")
+    engine = make_engine(name, POLICIES["fixed"], prompt_lookup=bool(lookup))
     for mode in ("fixed", "scheduled"):
         engine.set_policy(POLICIES[mode])  # swapped between rounds, no restart
         accepted = 0
@@ -71,6 +73,8 @@ def test_speculative_greedy_is_token_identical(drafter, make_engine, prompts, hf
         assert engine.policy.mode == mode
         if drafter == "ngram":  # the repetitive prompt must exercise the accept path
             assert accepted > 0
+    if lookup:  # ... and the lookup side of the combined drafter
+        assert engine.drafter.lookups_used > 0
     assert engine.stats().running == 0 and engine.stats().kv_used_tokens == 0
 
 

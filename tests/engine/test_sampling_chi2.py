@@ -58,7 +58,8 @@ def exact_distribution(model) -> dict[tuple[int, ...], float]:
 def perturbed_net(name: str, tiny, variant: str | None = None):
     """Untrained nets are near-identity maps; noise makes q clearly different from p.
     ``variant``: "context" (semi-ar with a context layer) or "features" (semi-ar reading
-    both decoder layers of the tiny target besides h_p)."""
+    both decoder layers of the tiny target besides h_p); "lookup" needs no change to the
+    net (prompt lookup joins it in the engine)."""
     from specd.worker.drafters.registry import untrained_net
 
     net = untrained_net(name, tiny.model, num_positions=4, seed=7, context=variant == "context",
@@ -76,10 +77,14 @@ def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None,
 
     net = (perturbed_net(drafter, tiny, variant) if drafter in ("parallel", "semi-ar", "draft-model")
            else None)
-    cfg = EngineConfig(drafter=drafter, max_slots=500, max_context=16, cost_profile="none", seed=5)
+    cfg = EngineConfig(drafter=drafter, max_slots=500, max_context=16, cost_profile="none", seed=5,
+                       prompt_lookup=variant == "lookup")
     engine = Engine(tiny, cfg, policy, drafter_net=net)
     if wrong_rule is not None:
         engine.core.verify_sampling = wrong_rule
+    if variant == "lookup":  # lookups look good wherever they match (this tiny model would
+        # soon learn they are poor): both proposers' drafts then reach the verifier
+        engine.drafter.stats.prior, engine.drafter.stats.prior_weight = 0.9, 1e9
     # one token more than measured, so the first round drafts two positions
     params = SamplingParams(max_tokens=STEPS + 1, temperature=TEMPERATURE, top_k=TOP_K)
     outs = engine.generate([GenerationRequest(list(PROMPT), params) for _ in range(SAMPLES)])
@@ -90,7 +95,8 @@ def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None,
         key = tuple(o.token_ids[:STEPS])
         counts[key] = counts.get(key, 0) + 1
         accepted += o.spec.accepted
-    return {"counts": counts, "accepted": accepted}
+    return {"counts": counts, "accepted": accepted,
+            "lookups": getattr(engine.drafter, "lookups_used", 0)}
 
 
 def chi2_pvalue(counts: dict, dist: dict) -> float:
@@ -132,11 +138,14 @@ POLICY = Policy(mode="scheduled", k_max=3, fixed_length=2, max_verify=3, surviva
     ("semi-ar", POLICY, "context"),  # the context layer (its own KV cache, fed hidden states)
     ("semi-ar", POLICY, "features"),  # fused target-layer features besides h_p
     ("draft-model", POLICY, None),
+    ("semi-ar", POLICY, "lookup"),  # prompt lookup beside it (the prompt repeats [1, 2])
 ])
 def test_sampling_matches_target_distribution(tiny, exact, drafter, policy, variant):
     res = sample_counts(tiny, drafter, policy, variant=variant)
     if drafter != "none":
         assert res["accepted"] > SAMPLES // 10  # the accept path is really exercised
+    if variant == "lookup":
+        assert res["lookups"] > SAMPLES // 10, res["lookups"]
     pvalue = chi2_pvalue(res["counts"], exact)
     assert pvalue > 1e-4, f"{drafter}: output distribution differs from the target's (p={pvalue:.2e})"
 

@@ -206,6 +206,7 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     engines: dict[str, tuple[Any, Any]] = {}
     for group in groups:
         config = EngineConfig(drafter=group.drafter, drafter_path=drafter_path,
+                              prompt_lookup=group.lookup,
                               max_slots=max(concurrencies),
                               max_context=max_prompt + max_tokens + 2 * k + 8,
                               **(engine_options or {}))
@@ -322,11 +323,18 @@ def report(model: str, results: dict[str, dict[int, Cell]], settings: dict[str, 
 
 
 def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
-                scheduled: str = "semi-ar-scheduled",
+                scheduled: tuple[str, ...] = ("semi-ar-scheduled", "semi-ar-lookup-scheduled"),
                 rivals: tuple[str, ...] = ("plain", "parallel-fixed", "semi-ar-fixed")
                 ) -> dict[str, Any]:
-    """Scheme B against plain decoding and the best fixed length, per concurrency, all
-    from the one run (the ratios the seeds' claims are about)."""
+    """Scheme B (with and without prompt lookup beside it, whichever ran) against plain
+    decoding and the best fixed length, per concurrency, all from the one run (the ratios
+    the seeds' claims are about)."""
+    names = [s for s in scheduled if s in groups] or list(scheduled[:1])
+    return {name: _compare(groups, name, rivals) for name in names}
+
+
+def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
+             rivals: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     sched = groups.get(scheduled, {})
     for conc, cell in sched.items():
@@ -342,7 +350,7 @@ def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
             row["vs_hf_generate"] = cell["tokens_per_s"] / hf["tokens_per_s"]
         row["schedule_share"] = cell["phase_share"].get("schedule")
         out[conc] = row
-    return {scheduled: out}
+    return out
 
 
 def format_table(doc: dict[str, Any]) -> str:

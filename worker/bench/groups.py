@@ -14,6 +14,7 @@ class Group:
     drafter: str  # engine drafter, or "hf" for transformers' own loops
     mode: PolicyMode | None = None  # None for peers
     peer: str | None = None  # "generate" | "assisted-draft" | "assisted-lookup"
+    lookup: bool = False  # prompt lookup beside the drafter (EngineConfig.prompt_lookup)
 
     def policy(self, k: int) -> Policy:
         assert self.mode is not None
@@ -27,6 +28,7 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
     Group("semi-ar-fixed", "semi-ar", "fixed"),
     Group("semi-ar-scheduled", "semi-ar", "scheduled"),
     Group("parallel-scheduled", "parallel", "scheduled"),
+    Group("semi-ar-lookup-scheduled", "semi-ar", "scheduled", lookup=True),
     Group("draft-model", "draft-model", "fixed"),
     Group("hf-generate", "hf", peer="generate"),
     Group("hf-assisted", "hf", peer="assisted-draft"),

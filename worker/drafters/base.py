@@ -34,6 +34,9 @@ class Proposal:
     tokens: list[list[int]]  # per row, at most k tokens (may be fewer, or none)
     confidence: list[list[float]]  # per row, one per token
     q: list[torch.Tensor | None] = field(default_factory=list)  # per row [n, V] or None (one-hot)
+    # per row, which proposer drafted it when a drafter combines several (the engine keeps
+    # one online calibration per source); empty: all rows are the drafter's own
+    sources: list[str] = field(default_factory=list)
 
 
 class Drafter:

@@ -50,9 +50,20 @@ def untrained_net(method: str, target_model: Any, num_positions: int = 8, seed: 
 
 
 def build_drafter(name: str, target: Any, path: str | None = None, slots: int = 32,
-                  max_context: int = 2048, net: Any = None) -> Drafter:
+                  max_context: int = 2048, net: Any = None, lookup: bool = False) -> Drafter:
     """``target``: a LoadedModel. ``path``: an artifact folder, ``untrained``, or None for the
-    committed artifact of that name. ``net``: an already bound net (overrides ``path``)."""
+    committed artifact of that name. ``net``: an already bound net (overrides ``path``).
+    ``lookup``: prompt lookup beside the trained drafter (``LookupHybridDrafter``)."""
+    drafter = _build(name, target, path, slots, max_context, net)
+    if lookup:
+        from specd.worker.drafters.lookup_hybrid import LookupHybridDrafter
+
+        return LookupHybridDrafter(drafter)
+    return drafter
+
+
+def _build(name: str, target: Any, path: str | None, slots: int, max_context: int,
+           net: Any) -> Drafter:
     from specd.worker.drafters.draft_model import DraftModelDrafter
     from specd.worker.drafters.heads import ContextHeadDrafter, HeadDrafter
     from specd.worker.drafters.ngram import NgramDrafter

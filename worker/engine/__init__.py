@@ -13,7 +13,8 @@ Modules (one job each):
 - ``metrics``    prometheus_client metrics named per ``specd.api.metrics``
 - ``quick_bench`` plain vs speculative tokens/s side by side (smoke benchmark)
 Drafters (runtime proposers) live in ``specd.worker.drafters``: ``base`` (interface),
-``ngram``, ``heads`` (parallel, semi-ar), ``draft_model``, ``registry``.
+``ngram``, ``heads`` (parallel, semi-ar), ``draft_model``, ``lookup_hybrid`` (prompt lookup
+beside a trained drafter), ``registry``.
 """
 
 from specd.worker.engine.api import (

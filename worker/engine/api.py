@@ -35,6 +35,7 @@ from specd import SpecdError
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 DRAFTERS = ("none", "ngram", "parallel", "semi-ar", "draft-model")
+TRAINED_DRAFTERS = ("parallel", "semi-ar", "draft-model")  # the ones prompt lookup can join
 
 
 class EngineError(SpecdError):
@@ -164,6 +165,9 @@ class EngineConfig:
 
     drafter: str = "semi-ar"  # one of DRAFTERS
     drafter_path: str | None = None  # trained artifact; None: the packaged/default one
+    # prompt lookup beside the trained drafter, per request and round the better proposal
+    # (``drafters/lookup_hybrid.py``); the drafter is then named "<drafter>+lookup"
+    prompt_lookup: bool = False
     max_slots: int = 32  # KV slots = most requests running at once
     max_context: int = 2048  # tokens per slot (prompt + output + draft margin)
     prefill_chunk: int = 256  # prompt tokens per round per newcomer (chunked prefill)
@@ -176,6 +180,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
             raise EngineError(f"unknown drafter {self.drafter!r}: use one of {', '.join(DRAFTERS)}")
+        if self.prompt_lookup and self.drafter not in TRAINED_DRAFTERS:
+            raise EngineError(f"prompt_lookup joins a trained drafter ({', '.join(TRAINED_DRAFTERS)}),"
+                              f" not {self.drafter!r}")
         if self.max_slots < 1 or self.max_context < 16 or self.prefill_chunk < 1:
             raise EngineError("max_slots >= 1, max_context >= 16 and prefill_chunk >= 1 required")
         if self.threads < 0:

@@ -110,7 +110,8 @@ class EngineCore:
         self._streak = 0  # rounds since the last probe
         self._probe_every = self.PROBE_EVERY
         self._last_choice: tuple[bool, int] | None = None  # (draft?, batch bucket)
-        self.online_calibration = OnlineCalibration()
+        # one per proposal source: a combined drafter's sources are calibrated apart
+        self.online_calibration: dict[str, OnlineCalibration] = {}
         self.outcomes = DraftOutcomes()
         self._predicted: dict[tuple[int, int], bool] = {}  # worth_drafting, memoised
         self._set_policy_labels()
@@ -181,7 +182,7 @@ class EngineCore:
         drafts: list[list[int]] = [[] for _ in decode]
         confs: list[list[float]] = [[] for _ in decode]
         qs: list[torch.Tensor | None] = [None] * len(decode)
-        raw_conf: dict[int, list[float]] = {}
+        raw_conf: dict[int, tuple[OnlineCalibration, list[float]]] = {}
         if speculate:
             rows, idx = [], []
             for i, s in enumerate(decode):
@@ -201,12 +202,13 @@ class EngineCore:
                 if with_context:  # the drafter has them now
                     for i in idx:
                         decode[i].context = []
-                raw = prop.confidence
                 for j, i in enumerate(idx):
+                    source = prop.sources[j] if prop.sources else self.drafter.name
+                    cal = self.online_calibration.setdefault(source, OnlineCalibration())
                     drafts[i] = prop.tokens[j]
-                    confs[i] = self.online_calibration.apply(raw[j])
+                    confs[i] = cal.apply(prop.confidence[j])
                     qs[i] = prop.q[j] if prop.q else None
-                raw_conf = {i: raw[j] for j, i in enumerate(idx)}
+                    raw_conf[i] = (cal, prop.confidence[j])
                 self._learn_drafter(len(decode), [confs[i] for i in idx],
                                     time.perf_counter() - td)
         t1 = time.perf_counter()
@@ -270,7 +272,8 @@ class EngineCore:
                 for p in range(1, accepted + 1):
                     acc_by_pos[p] = acc_by_pos.get(p, 0) + 1
                 if e in raw_conf and d:
-                    self.online_calibration.update(raw_conf[e], len(d), accepted)
+                    cal, raw = raw_conf[e]
+                    cal.update(raw, len(d), accepted)
                 self._hist(s, len(d), accepted)
             else:
                 s.decoding = True

@@ -45,7 +45,8 @@ class Engine:
         self.loaded = loaded
         self.runner = runner or LlamaRunner(loaded.model)
         self.drafter = build_drafter(self.config.drafter, loaded, self.config.drafter_path,
-                                     self.config.max_slots, self.config.max_context, drafter_net)
+                                     self.config.max_slots, self.config.max_context, drafter_net,
+                                     lookup=self.config.prompt_lookup)
         self.metrics = EngineMetrics(registry, metric_labels)
         self.core = EngineCore(self.runner, self.drafter, loaded.tokenizer, self.config,
                                policy or Policy(), self.metrics, costs)

@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from specd.worker.bench.groups import parse_concurrency, parse_groups
     from specd.worker.bench.prompts import DEFAULT_PROMPTS, encode_prompts, read_prompt_file
     from specd.worker.engine import Engine, EngineConfig
+    from specd.worker.engine.api import TRAINED_DRAFTERS
     from specd.worker.engine.llama import LlamaRunner
     from specd.worker.model import load_model
     from specd.worker.server.app import ServerSettings, create_app
@@ -176,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     engines: dict[str, Any] = {}
     apps: dict[str, Any] = {}
     for g in groups:
-        path = args.drafter_path if g.drafter in ("parallel", "semi-ar", "draft-model") else None
-        config = EngineConfig(drafter=g.drafter, drafter_path=path, max_slots=max_slots,
+        path = args.drafter_path if g.drafter in TRAINED_DRAFTERS else None
+        config = EngineConfig(drafter=g.drafter, drafter_path=path, prompt_lookup=g.lookup,
+                              max_slots=max_slots,
                               max_context=1024, cost_profile="measure")
         engine = Engine(loaded, config, policy=g.policy(args.k), registry=CollectorRegistry(),
                         runner=runner)

@@ -66,7 +66,7 @@ def build(args: argparse.Namespace) -> tuple[Any, ServerSettings]:
     # the event loop's thread stays serial; the engine's round thread runs the tensor work
     threads = serial_main_thread()
     config = EngineConfig(drafter=args.drafter, drafter_path=args.drafter_path,
-                          max_slots=args.max_slots, max_context=args.max_context,
+                          prompt_lookup=args.prompt_lookup, max_slots=args.max_slots, max_context=args.max_context,
                           cost_profile=args.cost_profile, seed=args.seed, threads=threads)
     loaded = load_model(args.model, args.device, args.dtype)
     registry = CollectorRegistry()
