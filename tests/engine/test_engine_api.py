@@ -192,3 +192,20 @@ def test_measured_outcomes_overrule_a_prediction_that_drafting_pays(make_engine,
     assert a.spec.drafted > 0 and a.spec.rounds < len(a.token_ids) - 1
     drafting_rounds_max = 1 + b.spec.rounds // measured.core.PROBE_EVERY
     assert b.spec.drafted <= 4 * drafting_rounds_max < a.spec.drafted
+
+
+def test_probes_keep_their_interval_per_situation_and_skip_unmeasured_rounds(make_engine):
+    """Two situations taking turns (the decision flips as newcomers' prefills come and go)
+    each back off on their own: 2 probes each in 100 rounds (after 16, then 32 more), not one
+    every 16 rounds; rounds that record no outcome (prefill chunks) are never probes."""
+    engine = make_engine("ngram", Policy(mode="scheduled"))
+    core, policy = engine.core, engine.policy
+    core._conf_mean = [0.9]
+    core._draft_seconds = {1: 0.0, 16: 0.0}
+    core._predicted.update({(1, 1): True, (16, 16): False})  # the two predictions
+    flips = {1: 0, 16: 0}
+    for _ in range(100):
+        for n, want in ((1, True), (16, False)):
+            flips[n] += core._draft_pays(policy, n, n, measured=True) != want
+    assert flips == {1: 2, 16: 2}
+    assert all(core._draft_pays(policy, 1, 1, measured=False) for _ in range(200))

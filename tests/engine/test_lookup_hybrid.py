@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 
 from specd.worker.drafters.base import Drafter, DraftRow, Proposal
-from specd.worker.drafters.lookup_hybrid import (LOOKUP, LookupHybridDrafter, LookupStats,
-                                                 expected_accepted)
+from specd.worker.drafters.lookup_hybrid import (
+    LOOKUP,
+    LookupHybridDrafter,
+    LookupStats,
+    expected_accepted,
+)
 from specd.worker.drafters.ngram import lookup_match
 
 

@@ -36,7 +36,8 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
 )}
 
 DEFAULT_GROUPS = ("plain", "ngram", "parallel-fixed", "semi-ar-fixed", "semi-ar-scheduled",
-                  "draft-model", "hf-generate", "hf-assisted", "hf-lookup")
+                  "semi-ar-lookup-scheduled", "draft-model", "hf-generate", "hf-assisted",
+                  "hf-lookup")
 
 
 def parse_groups(text: str) -> list[Group]:

@@ -16,8 +16,9 @@ draw-dependent one, so the drafts it keeps are still distributed as its q (choos
 draw itself would condition them on being confident). The primary drafter runs for every row
 every round, so drafters with per-request state (KV caches) stay in step.
 
-Measured offline on the benchmark's 48 prompts (greedy, semi-ar artifact, chain drafting):
-tau(3) 1.77 -> 1.92, tau(5) 1.84 -> 2.05; structured 1.82 -> 2.24, code 1.94 -> 2.06.
+Measured offline on the benchmark's 48 prompts (greedy, semi-ar artifact, chain drafting;
+``docs/bench/lookup_hybrid_offline.py``): tau(3) 1.77 -> 1.91, tau(5) 1.84 -> 2.05;
+structured 1.82 -> 2.24, code 1.94 -> 2.05.
 """
 
 from __future__ import annotations
