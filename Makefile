@@ -45,7 +45,7 @@ lint: venv
 # The main job on the embedded default: every scheme side by side on the same prompts
 # (plain, Scheme A, Scheme B fixed and scheduled, the classic draft model), one run.
 demo: setup
-	$(BIN)/specd bench engine --groups plain,parallel-fixed,semi-ar-fixed,semi-ar-scheduled,draft-model \
+	$(BIN)/specd bench engine --groups plain,parallel-fixed,semi-ar-fixed,semi-ar-scheduled,semi-ar-lookup-scheduled,draft-model \
 	  --concurrency 1,4 --limit 8 --max-tokens 64 --k 3 --json out/demo-bench.json
 
 clean:

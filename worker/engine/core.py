@@ -303,7 +303,7 @@ class EngineCore:
         in rounds whose outcome is recorded (``measured``: no prefill chunk), and each
         situation keeps its own probe interval: with newcomers' prefills coming and going the
         decision flips often, and a shared interval kept falling back to the shortest one
-        (a probe every 16 rounds cost 5 % of plain's speed at c=16 on the dev CPU)."""
+        (at c=16 on the dev CPU, turning probes off moved scheduled from 0.91x to 0.96x plain)."""
         bucket = self._bucket(n)
         draft_s = self._draft_seconds.get(bucket)
         if not self._conf_mean or draft_s is None:
