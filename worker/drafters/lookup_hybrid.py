@@ -76,6 +76,9 @@ class _Pending:
 
 
 class LookupHybridDrafter(Drafter):
+    """``primary`` (a trained drafter) with prompt lookup beside it; see the module docstring.
+    ``max_n``/``min_n``: the longest and shortest context suffix a lookup tries to match."""
+
     def __init__(self, primary: Drafter, max_n: int = 4, min_n: int = 1) -> None:
         self.primary = primary
         self.name = f"{primary.name}+{LOOKUP}"
