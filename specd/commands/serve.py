@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--drafter-path", "SPECD_DRAFTER_PATH", None,
         "trained drafter artifact (default: the packaged one for the drafter)")
     parser.add_argument("--prompt-lookup", action="store_true",
-                        default=os.environ.get("SPECD_PROMPT_LOOKUP", "") in ("1", "true"),
+                        default=os.environ.get("SPECD_PROMPT_LOOKUP", "").lower()
+                        in ("1", "true", "yes"),
                         help="prompt lookup beside the trained drafter, per request and round "
                              "the better proposal [env SPECD_PROMPT_LOOKUP=1]")
     add("--policy-file", "SPECD_POLICY_FILE", None,
