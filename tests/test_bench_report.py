@@ -52,6 +52,9 @@ def test_mark_matches_counts_differing_requests():
     assert results["plain"][1].match_plain is True
     assert results["semi-ar-fixed"][1].match_plain is False
     assert results["semi-ar-fixed"][1].matched_requests == 1
+
+
+def test_comparisons_cover_the_scheduled_groups_that_ran():
     assert comparisons({"plain": {}}) == {"semi-ar-scheduled": {}}
     both = {"plain": {"1": {"tokens_per_s": 10.0}},
             "semi-ar-lookup-scheduled": {"1": {"tokens_per_s": 15.0, "phase_share": {}}}}

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 
+from specd.worker.engine.api import DRAFTERS
+
 HELP = "serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /metrics, ...)"
 
-DRAFTER_CHOICES = ("none", "ngram", "parallel", "semi-ar", "draft-model")
+DRAFTER_CHOICES = DRAFTERS
 
 
 def _env(name: str, default: object) -> object:

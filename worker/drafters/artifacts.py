@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specd import SpecdError
+from specd.worker.engine.api import TRAINED_DRAFTERS
 
 if TYPE_CHECKING:
     from specd.worker.drafters.nets import _BoundHead
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 FORMAT = "specd-drafter/1"
 WEIGHTS_FILE = "drafter.safetensors"
 METADATA_FILE = "metadata.json"
-SHORT_NAMES = ("parallel", "semi-ar", "draft-model")
+SHORT_NAMES = TRAINED_DRAFTERS
 
 
 class DrafterArtifactError(SpecdError):

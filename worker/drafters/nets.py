@@ -84,9 +84,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specd.worker.engine.api import TRAINED_DRAFTERS
 from specd.worker.engine.kernels import Linear, linear
 
-METHODS = ("parallel", "semi-ar", "draft-model")
+METHODS = TRAINED_DRAFTERS
 
 
 @dataclass

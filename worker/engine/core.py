@@ -203,7 +203,9 @@ class EngineCore:
                         decode[i].context = []
                 for j, i in enumerate(idx):
                     source = prop.sources[j] if prop.sources else self.drafter.name
-                    cal = self.online_calibration.setdefault(source, OnlineCalibration())
+                    cal = self.online_calibration.get(source)
+                    if cal is None:
+                        cal = self.online_calibration[source] = OnlineCalibration()
                     drafts[i] = prop.tokens[j]
                     confs[i] = cal.apply(prop.confidence[j])
                     qs[i] = prop.q[j] if prop.q else None
