@@ -127,6 +127,9 @@ class LoadedModel:
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     device: str
     dtype: torch.dtype
+    # the checkpoint's fingerprint, taken before any cast to ``dtype`` (None: computed from
+    # the weights as loaded; see ``model_fingerprint``)
+    fingerprint: str | None = None
 
 
 def load_tokenizer(reference: str = DEFAULT_MODEL) -> Any:
@@ -140,36 +143,50 @@ def load_tokenizer(reference: str = DEFAULT_MODEL) -> Any:
 
 
 def load_model(reference: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load the target model in eval mode on the chosen device and dtype."""
+    """Load the target model in eval mode on the chosen device and dtype.
+
+    A GGUF checkpoint is dequantised to float32 values; loaded for a narrower dtype it is
+    fingerprinted at float32 first and cast afterwards, so drafters trained against the
+    float32 target (CPU) load for the bfloat16 one (CUDA) as well.
+    """
+    import torch
     from transformers import AutoModelForCausalLM
 
     source = resolve_model(reference)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     tokenizer = load_tokenizer(reference)
+    load_dtype = torch.float32 if source.gguf_file else torch_dtype
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source.directory, dtype=torch_dtype, **source.pretrained_kwargs()
+            source.directory, dtype=load_dtype, **source.pretrained_kwargs()
         )
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {reference!r}: {_first_line(exc)}") from exc
-    model.to(device).eval()
+    fingerprint = weights_fingerprint(model)
+    model.to(device=device, dtype=torch_dtype).eval()
     model.requires_grad_(False)
-    return LoadedModel(source, model, tokenizer, device, torch_dtype)
+    return LoadedModel(source, model, tokenizer, device, torch_dtype, fingerprint)
 
 
 def model_fingerprint(loaded: LoadedModel) -> str:
-    """A short hash that identifies the target's weights (drafter artifacts record it)."""
+    """A short hash that identifies the target's checkpoint (drafter artifacts record it):
+    the one taken at load time, before a cast to the serving dtype, when there is one."""
+    return loaded.fingerprint or weights_fingerprint(loaded.model)
+
+
+def weights_fingerprint(model: Any) -> str:
+    """A short hash of a model's config and a sample of its weights as float32."""
     import hashlib
 
     import torch
 
     digest = hashlib.sha256()
-    config = loaded.model.config
+    config = model.config
     digest.update(f"{config.model_type}:{config.vocab_size}:{config.hidden_size}:"
                   f"{config.num_hidden_layers}".encode())
     # a sample of the weights is enough to tell two checkpoints apart, and is cheap
-    for name, tensor in sorted(loaded.model.state_dict().items())[:8]:
+    for name, tensor in sorted(model.state_dict().items())[:8]:
         sample = tensor.detach().flatten()[:4096].to(device="cpu", dtype=torch.float32)
         digest.update(name.encode())
         digest.update(sample.numpy().tobytes())
