@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specd.worker.bench.engine_bench import Cell, comparisons, format_table, mark_matches, report
 
 
@@ -52,6 +54,26 @@ def test_mark_matches_counts_differing_requests():
     assert results["plain"][1].match_plain is True
     assert results["semi-ar-fixed"][1].match_plain is False
     assert results["semi-ar-fixed"][1].matched_requests == 1
+
+
+def test_mark_matches_measures_the_gap_where_outputs_first_differ():
+    """Each differing request is measured once, at its first divergence from plain's tokens
+    (with plain's tokens before it); the cell keeps the worst gap; peers are not measured."""
+    results = {"plain": {1: cell(3, 1.0, [[1, 2, 3], [4, 5, 6], [7, 8, 9]])},
+               "semi-ar-fixed": {1: cell(3, 1.0, [[1, 2, 3], [4, 0, 0], [7, 8, 0]])},
+               "hf-generate": {1: cell(3, 1.0, [[0, 0, 0], [4, 5, 6], [7, 8, 9]])}}
+    asked = []
+
+    def gap(index, tokens):
+        asked.append((index, tokens))
+        return 0.1 * (index + 1)
+
+    mark_matches(results, until_eos=["hf-generate"], top2_gap=gap)
+    assert asked == [(1, [4]), (2, [7, 8])]
+    assert results["semi-ar-fixed"][1].divergence_top2_gap_max == pytest.approx(0.3)
+    assert results["semi-ar-fixed"][1].summary()["divergence_top2_gap_max"] == 0.3
+    assert results["plain"][1].divergence_top2_gap_max is None
+    assert results["hf-generate"][1].divergence_top2_gap_max is None
 
 
 def test_comparisons_cover_the_scheduled_groups_that_ran():

@@ -89,8 +89,11 @@ def run(args: argparse.Namespace) -> int:
                                            min_seconds=args.min_seconds)
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     eos = loaded.tokenizer.eos_token_id
-    bench.mark_matches(results, eos_ids=[eos] if eos is not None else [],
-                       until_eos=[g.name for g in groups if g.peer])
+    # outputs that differ from plain's: the target's top-2 gap where they first do (on the
+    # compute thread: the main thread stays serial)
+    run_on_compute_thread(bench.mark_matches, results, eos_ids=[eos] if eos is not None else [],
+                          until_eos=[g.name for g in groups if g.peer],
+                          top2_gap=bench.target_top2_gap(loaded.model, prompts), threads=threads)
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),

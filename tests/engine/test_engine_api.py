@@ -202,10 +202,10 @@ def test_probes_keep_their_interval_per_situation_and_skip_unmeasured_rounds(mak
     core, policy = engine.core, engine.policy
     core._conf_mean = [0.9]
     core._draft_seconds = {1: 0.0, 16: 0.0}
-    core._predicted.update({(1, 1): True, (16, 16): False})  # the two predictions
+    core._predicted.update({(1, 1, 1): True, (16, 16, 16): False})  # the two predictions
     flips = {1: 0, 16: 0}
     for _ in range(100):
         for n, want in ((1, True), (16, False)):
-            flips[n] += core._draft_pays(policy, n, n, measured=True) != want
+            flips[n] += core._draft_pays(policy, n, n, rows=n, measured=True) != want
     assert flips == {1: 2, 16: 2}
-    assert all(core._draft_pays(policy, 1, 1, measured=False) for _ in range(200))
+    assert all(core._draft_pays(policy, 1, 1, rows=1, measured=False) for _ in range(200))

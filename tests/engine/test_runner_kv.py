@@ -123,3 +123,28 @@ def test_layer_hidden_matches_hf(target, runner, chat_prompt_ids):
     assert not torch.allclose(out.layer_hidden[:, 0], out.layer_hidden[:, 1])
     with pytest.raises(ValueError, match="outside"):
         runner.forward(cache, [Row(sa, a[:1], "last")], layers=(99,))
+
+
+def test_cost_profile_measures_rows_of_one_and_rows_of_drafts(runner):
+    """Start-up profiling times rows of one token and R = 1, 2, 4 rows of 1, 2, ... tokens,
+    every table monotone, and leaves the cache and the runner's padding as it found them."""
+    from specd.worker.engine.cost import ONE_ROW_TOKENS, measure_costs
+
+    cache = runner.new_cache(4, 64)
+    runner.pad_to = (1, 2)
+    try:
+        costs = measure_costs(runner, cache, max_tokens=8, repeats=1)
+    finally:
+        pad, runner.pad_to = runner.pad_to, ()
+    assert pad == (1, 2) and cache.free_slots == 4
+    assert costs.tokens == tuple(range(1, 9))
+    rows = dict(costs.by_rows)
+    assert sorted(rows) == [1, 2, 4]
+    assert rows[1].tokens == tuple(range(1, 9))  # one row: 1..17 tokens, capped at max_tokens
+    assert rows[2].tokens == (2, 4, 6, 8) and rows[4].tokens == (4, 8)
+    for table in (costs, *rows.values()):
+        assert all(a <= b for a, b in zip(table.seconds, table.seconds[1:]))
+        assert all(s > 0 for s in table.seconds)
+    assert all(table.pad_to == () for table in rows.values())  # the runner pads by costs'
+    assert costs.for_rows(1) is rows[1] and costs.for_rows(3) is rows[4]
+    assert ONE_ROW_TOKENS >= 17  # room for the longest draft a policy allows (k_max 16)

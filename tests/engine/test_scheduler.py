@@ -79,6 +79,25 @@ def test_staircase_cost_fills_the_tile():
     assert sched.lengths == [3, 3]
 
 
+def test_rounds_are_priced_by_their_row_count():
+    """Measured with one token per row, 4 tokens cost 4 rows' per-row work; a lone request's
+    4 tokens are one row, nearly as cheap as 1 token: its table must keep the tail. Tables
+    are picked by the fewest measured rows >= the round's."""
+    rows_of_one = CostTable.from_measurements([1, 2, 4, 8], [1.0, 1.1, 1.3, 2.0])
+    one_row = CostTable.from_measurements([1, 2, 3, 4], [1.0, 1.0, 1.01, 1.02])
+    four_rows = CostTable.from_measurements([4, 8, 12, 16], [1.3, 1.4, 1.5, 1.6])
+    costs = CostTable(rows_of_one.tokens, rows_of_one.seconds,
+                      by_rows=((1, one_row), (4, four_rows)))
+    assert costs.for_rows(1) is one_row
+    assert costs.for_rows(2) is four_rows and costs.for_rows(4) is four_rows
+    assert costs.for_rows(5) is costs  # more rows than measured: the rows-of-one table
+    assert rows_of_one.for_rows(1) is rows_of_one  # nothing measured by rows
+    policy = Policy(mode="scheduled", k_max=3, fixed_length=3, survival_floor=0.0)
+    conf = [[0.5, 0.3, 0.2]]
+    assert schedule(policy, conf, 1, costs.for_rows(1)).lengths == [3]
+    assert schedule(policy, conf, 1, costs).lengths == [2]  # priced as rows: the tail is cut
+
+
 def test_busy_batch_cuts_tails():
     """Same confidences: a light batch verifies long prefixes, a busy one (steep cost) cuts."""
     conf = [0.8, 0.6, 0.5, 0.4, 0.3]

@@ -18,7 +18,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ class Cell:
     costs: Any = None  # the engine's measured scheduler.CostTable
     match_plain: bool | None = None
     matched_requests: int = 0
+    divergence_top2_gap_max: float | None = None  # see mark_matches
     started_s: float | None = None  # when the cell began, seconds into the engine groups' run
     pass_seconds: list[float] = field(default_factory=list)  # every pass; seconds = their sum
 
@@ -91,17 +92,26 @@ class Cell:
             "drafter_memory_share": (self.memory["drafter"]
                                      / (self.memory["target"] + self.memory["kv_cache"])
                                      if self.memory else None),
-            "step_cost_ms": ({str(t): round(sec * 1e3, 2) for t, sec in
-                              zip(self.costs.tokens, self.costs.seconds, strict=True)}
-                             if self.costs is not None else None),
+            "step_cost_ms": _cost_ms(self.costs),
+            "step_cost_by_rows_ms": ({str(r): _cost_ms(t) for r, t in self.costs.by_rows}
+                                     if self.costs is not None else None),
             "pad_to": list(self.costs.pad_to) if self.costs is not None else None,
             "match_plain": self.match_plain,
             "matched_requests": self.matched_requests,
+            "divergence_top2_gap_max": (round(self.divergence_top2_gap_max, 4)
+                                        if self.divergence_top2_gap_max is not None else None),
             "requests": len(self.outputs),
             "output_tokens": tokens,  # per pass
             "seconds": round(self.seconds, 3),
             "started_s": round(self.started_s, 1) if self.started_s is not None else None,
         }
+
+
+def _cost_ms(costs: Any) -> dict[str, float] | None:
+    """A CostTable as {token count: milliseconds}."""
+    if costs is None:
+        return None
+    return {str(t): round(sec * 1e3, 2) for t, sec in zip(costs.tokens, costs.seconds, strict=True)}
 
 
 class RssSampler:
@@ -289,12 +299,15 @@ def run_peer_group(loaded: Any, group: Group, prompts: Sequence[BenchPrompt],
 
 
 def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (),
-                 until_eos: Sequence[str] = ()) -> None:
+                 until_eos: Sequence[str] = (), top2_gap: TopTwoGap | None = None) -> None:
     """Compare every cell's outputs with plain's at the same concurrency (or c=1).
 
     Groups named in ``until_eos`` (transformers' loops) are compared up to plain's first
     end-of-turn token: with ``ignore_eos`` the engine emits it and goes on, while
     ``min_new_tokens`` masks it and takes the runner-up, so past it the two differ by design.
+    ``top2_gap(request index, tokens)``: the target's top-2 logit gap after a request's
+    prompt and these tokens; each divergence is measured there (``divergence_top2_gap_max``:
+    a near-tie where batched sums round the other way, or a real bug when large).
     """
     plain = results.get("plain", {})
     for name, cells in results.items():
@@ -302,12 +315,36 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
             reference = plain.get(concurrency) or plain.get(min(plain)) if plain else None
             if reference is None:
                 continue
-            same = []
-            for got, want in zip(cell.outputs, reference.outputs, strict=True):
+            same, gaps = [], []
+            for i, (got, want) in enumerate(zip(cell.outputs, reference.outputs, strict=True)):
                 n = _first(want, eos_ids) if name in until_eos else None  # None: whole
                 same.append(got[:n] == want[:n])
+                if not same[-1] and top2_gap is not None and name not in until_eos:
+                    at = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b),
+                              min(len(got), len(want)))
+                    gaps.append(top2_gap(i, want[:at]))
             cell.matched_requests = sum(same)
             cell.match_plain = all(same)
+            cell.divergence_top2_gap_max = max(gaps) if gaps else None
+
+
+# (request index, tokens after its prompt) -> the target's top-2 logit gap there
+TopTwoGap = Callable[[int, list[int]], float]
+
+
+def target_top2_gap(model: Any, prompts: Sequence[BenchPrompt]) -> TopTwoGap:
+    """``mark_matches``' gap measure: one forward of the target over prompt + tokens."""
+    import torch
+
+    device = next(model.parameters()).device
+
+    def gap(index: int, tokens: list[int]) -> float:
+        ids = torch.tensor([list(prompts[index].token_ids) + list(tokens)], device=device)
+        with torch.inference_mode():
+            top = model(ids).logits[0, -1].float().topk(2).values
+        return float(top[0] - top[1])
+
+    return gap
 
 
 def _first(tokens: list[int], ids: Sequence[int]) -> int:
@@ -356,7 +393,7 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
 def format_table(doc: dict[str, Any]) -> str:
     """One row per group and concurrency, with the speed-up over plain at that concurrency."""
     header = (f"{'group':<20}{'conc':>5}{'tok/s':>9}{'x plain':>9}{'req tok/s':>11}"
-              f"{'tau':>7}{'trunc':>7}{'verif':>7}{'rss MB':>9}  match  phase share")
+              f"{'tau':>7}{'trunc':>7}{'verif':>7}{'rss MB':>9}  {'match':<12} phase share")
     lines = [header, "-" * len(header)]
     plain = doc["groups"].get("plain", {})
     for group, cells in doc["groups"].items():
@@ -367,10 +404,12 @@ def format_table(doc: dict[str, Any]) -> str:
             share = " ".join(f"{p[0]}{v * 100:.0f}%" for p, v in s["phase_share"].items())
             match = ("yes" if s["match_plain"] else
                      f"{s['matched_requests']}/{s['requests']}") if s["match_plain"] is not None else "-"
+            if s.get("divergence_top2_gap_max") is not None:  # worst first-divergence gap
+                match += f" <{s['divergence_top2_gap_max']:.2f}"
             lines.append(f"{group:<20}{conc:>5}{s['tokens_per_s']:>9.1f}{ratio:>9}"
                          f"{s['per_request_tokens_per_s']:>11.1f}{fmt(s['tau'], '.2f'):>7}"
                          f"{fmt(s['truncation_ratio'], '.2f'):>7}{fmt(s['mean_verified'], '.2f'):>7}"
-                         f"{s['peak_rss_mb']:>9.0f}  {match:<6} {share}")
+                         f"{s['peak_rss_mb']:>9.0f}  {match:<12} {share}")
     for name, rows in doc.get("comparisons", {}).items():
         for conc, row in rows.items():
             parts = [f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"

@@ -112,7 +112,7 @@ class EngineCore:
         # one per proposal source: a combined drafter's sources are calibrated apart
         self.online_calibration: dict[str, OnlineCalibration] = {}
         self.outcomes = DraftOutcomes()
-        self._predicted: dict[tuple[int, int], bool] = {}  # worth_drafting, memoised
+        self._predicted: dict[tuple[int, int, int], bool] = {}  # worth_drafting, memoised
         self._set_policy_labels()
 
     # -- inbox (any thread) ----------------------------------------------------------------
@@ -176,7 +176,8 @@ class EngineCore:
         with_context = self.drafter.needs_context  # the drafter reads every committed position
         speculate = policy.mode != "plain" and self.drafter.name != "none" and bool(decode)
         if speculate and policy.mode == "scheduled":
-            speculate = self._draft_pays(policy, len(decode), base_tokens, measured=not chunks)
+            speculate = self._draft_pays(policy, len(decode), base_tokens,
+                                         rows=len(decode) + len(chunks), measured=not chunks)
         want_k = policy.k_max if policy.mode == "scheduled" else policy.fixed_length
         drafts: list[list[int]] = [[] for _ in decode]
         confs: list[list[float]] = [[] for _ in decode]
@@ -215,7 +216,7 @@ class EngineCore:
         t1 = time.perf_counter()
 
         # schedule
-        sched = schedule(policy, confs, base_tokens, self.costs)
+        sched = schedule(policy, confs, base_tokens, self.costs.for_rows(len(decode) + len(chunks)))
         lengths = sched.lengths
         t2 = time.perf_counter()
 
@@ -298,7 +299,8 @@ class EngineCore:
     def _bucket(n: int) -> int:
         return 1 << max(n - 1, 0).bit_length()  # batch sizes 1, 2, 4, 8, ...
 
-    def _draft_pays(self, policy: Policy, n: int, base_tokens: int, measured: bool) -> bool:
+    def _draft_pays(self, policy: Policy, n: int, base_tokens: int, rows: int,
+                    measured: bool) -> bool:
         """Predicted (``worth_drafting``) and, once measured, confirmed by what drafting and
         plain rounds of this batch size really cost (``DraftOutcomes``); now and then the
         other choice runs once (a probe), so both measurements stay current. Probes run only
@@ -310,10 +312,11 @@ class EngineCore:
         draft_s = self._draft_seconds.get(bucket)
         if not self._conf_mean or draft_s is None:
             return True  # nothing known yet: draft and learn
-        key = (n, base_tokens)
+        key = (n, base_tokens, rows)
         want = self._predicted.get(key)
         if want is None:  # the prediction only changes when the drafter's statistics do
-            want = worth_drafting(policy, n, self._conf_mean, base_tokens, self.costs, draft_s)
+            want = worth_drafting(policy, n, self._conf_mean, base_tokens,
+                                  self.costs.for_rows(rows), draft_s)
             self._predicted[key] = want
         if want and self.outcomes.drafting_wins(bucket) is False:
             want = False

@@ -4,6 +4,7 @@ hardware-aware part of Scheme B's scheduler)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
@@ -11,6 +12,11 @@ from specd.worker.engine.kv_cache import KVCache
 from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.scheduler import CostTable
 
+# rows of R requests verifying drafts: R in powers of two, each row 1..TOKENS_PER_ROW tokens
+# (a single row: 1 + the longest draft a policy allows, k_max <= 16; more rows: drafts up to
+# 7, the trained drafters' K; longer ones are priced by the last segment's slope)
+ONE_ROW_TOKENS = 17
+TOKENS_PER_ROW = 8
 # dense where kernels are irregular (every size measured, padding can pick the cheaper one),
 # then both sides of each multiple of 16: CPU GEMM kernels work in 16-row tiles, so cost is a
 # staircase (measured on the dev machine: 32 tokens 101 ms, 33 tokens 119 ms; 64 -> 65:
@@ -31,7 +37,9 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
     to ``max_tokens``; the minimum of ``repeats`` (interference only adds time); made monotone.
     One token per row by default: a busy batch is many one-token rows plus a few drafts, and
     per-row work makes 32 rows of 1 token dearer than 6 rows of 5-6 (the staircase steps the
-    scheduler must see are measured in that shape).
+    scheduler must see are measured in that shape). Then, for R = 1, 2, 4, ... rows, R rows
+    of 1, 2, 3, ... tokens each (``CostTable.by_rows``: what a round of R requests verifying
+    their drafts costs).
 
     Needs free slots in ``cache`` (run before serving); leaves the cache as it found it.
     Measures raw shapes (the runner's padding is off meanwhile); the caller installs the
@@ -44,28 +52,54 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
         raise RuntimeError("cost profiling needs a free KV slot")
     context = max(0, min(context, cache.max_context // 2))
     slots = [cache.allocate() for _ in range(max_rows)]
-    seconds: list[float] = []
+    by_rows: list[tuple[int, CostTable]] = []
     try:
-        for i, total in enumerate(grid):
-            n_rows = min(max_rows, max(1, -(-total // tokens_per_row)))
-            per = [total // n_rows + (1 if r < total % n_rows else 0) for r in range(n_rows)]
-            if context + max(per) > cache.max_context:
-                grid = grid[:i]
-                break
-            times = []
-            for rep in range(repeats + (1 if i == 0 else 0)):  # one warm-up forward first
-                for s in slots[:n_rows]:
-                    cache.lengths[s] = context
-                rows = [Row(s, [1] * n, "all") for s, n in zip(slots, per, strict=False)]
-                _sync(runner.device)
-                t0 = time.perf_counter()
-                runner.forward(cache, rows)
-                _sync(runner.device)
-                if not (i == 0 and rep == 0):
-                    times.append(time.perf_counter() - t0)
-            seconds.append(min(times))
+        layouts = [_spread(total, min(max_rows, max(1, -(-total // tokens_per_row))))
+                   for total in grid]
+        seconds = _time_layouts(runner, cache, slots, layouts, context, repeats)
+        rows = 1
+        while rows <= max_rows:
+            per_row = ONE_ROW_TOKENS if rows == 1 else TOKENS_PER_ROW
+            layouts = [[u] * rows for u in range(1, per_row + 1) if u * rows <= max_tokens]
+            times = _time_layouts(runner, cache, slots, layouts, context, repeats)
+            if len(times) >= 2:
+                table = CostTable.from_measurements([rows * u for u in range(1, len(times) + 1)],
+                                                    times)
+                by_rows.append((rows, replace(table, pad_to=())))
+            rows *= 2
     finally:
         runner.pad_to = saved_pad
         for s in slots:
             cache.release(s)
-    return CostTable.from_measurements(grid[: len(seconds)], seconds)
+    table = CostTable.from_measurements(grid[: len(seconds)], seconds)
+    return replace(table, by_rows=tuple(by_rows))
+
+
+def _spread(total: int, n_rows: int) -> list[int]:
+    """``total`` tokens over ``n_rows`` rows, as evenly as possible."""
+    return [total // n_rows + (1 if r < total % n_rows else 0) for r in range(n_rows)]
+
+
+def _time_layouts(runner: LlamaRunner, cache: KVCache, slots: list[int],
+                  layouts: list[list[int]], context: int, repeats: int) -> list[float]:
+    """Best-of-``repeats`` seconds of one forward per layout (tokens per row, rows on
+    ``slots`` after ``context`` cached tokens), for the layouts the cache can hold (a
+    prefix of ``layouts``). The repeats go round the layouts in turn: timed one size after
+    another, a machine that slows down or speeds up over the seconds this takes tilts the
+    whole table (on the shared dev CPU a spurious 5 % slope over 1..4 tokens made the
+    scheduler cut drafts that cost nothing to verify)."""
+    layouts = layouts[: next((i for i, per in enumerate(layouts)
+                              if context + max(per) > cache.max_context), len(layouts))]
+    best = [float("inf")] * len(layouts)
+    for rep in range(repeats + 1):  # the first round warms up and is not kept
+        for i, per in enumerate(layouts):
+            for s in slots[: len(per)]:
+                cache.lengths[s] = context
+            rows = [Row(s, [1] * n, "all") for s, n in zip(slots, per, strict=False)]
+            _sync(runner.device)
+            t0 = time.perf_counter()
+            runner.forward(cache, rows)
+            _sync(runner.device)
+            if rep:
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return best
