@@ -41,8 +41,8 @@ class CostTable:
     round. ``by_rows``, when measured, holds tables for rounds of a given number of rows (R
     requests, each verifying its own draft): per-row work (attention over each row's
     context) makes the shape matter: R rows of several tokens cost less than R x several
-    rows of one, on the dev CPU 0.96x (float32) and 0.85x (bfloat16) for 4 tokens in one row
-    against 4 rows of one, and 0.92x / 0.59x for 4 rows of 4 against 16 rows of 1. Priced
+    rows of one, on the dev CPU 0.96x (float32) and 0.78x (bfloat16) for 4 tokens in one row
+    against 4 rows of one, and 0.94x / 0.55x for 4 rows of 4 against 16 rows of 1. Priced
     as rows of one, drafts that cost almost nothing to verify were cut. ``for_rows(R)``
     returns the table measured with the fewest rows >= R (more rows only add cost, so the
     price errs high), or this one.
