@@ -143,8 +143,8 @@ def test_cost_profile_measures_rows_of_one_and_rows_of_drafts(runner):
     assert rows[1].tokens == tuple(range(1, 9))  # one row: 1..17 tokens, capped at max_tokens
     assert rows[2].tokens == (2, 4, 6, 8) and rows[4].tokens == (4, 8)
     for table in (costs, *rows.values()):
-        assert all(a <= b for a, b in zip(table.seconds, table.seconds[1:]))
+        assert all(a <= b for a, b in zip(table.seconds, table.seconds[1:], strict=False))
         assert all(s > 0 for s in table.seconds)
-    assert all(table.pad_to == () for table in rows.values())  # the runner pads by costs'
+    assert all(table.pad_to == () for table in rows.values())  # padding: the main table's
     assert costs.for_rows(1) is rows[1] and costs.for_rows(3) is rows[4]
     assert ONE_ROW_TOKENS >= 17  # room for the longest draft a policy allows (k_max 16)

@@ -320,7 +320,8 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
                 n = _first(want, eos_ids) if name in until_eos else None  # None: whole
                 same.append(got[:n] == want[:n])
                 if not same[-1] and top2_gap is not None and name not in until_eos:
-                    at = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b),
+                    at = next((j for j, (a, b) in enumerate(zip(got, want, strict=False))
+                               if a != b),
                               min(len(got), len(want)))
                     gaps.append(top2_gap(i, want[:at]))
             cell.matched_requests = sum(same)

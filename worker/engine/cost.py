@@ -84,14 +84,14 @@ def _time_layouts(runner: LlamaRunner, cache: KVCache, slots: list[int],
                   layouts: list[list[int]], context: int, repeats: int) -> list[float]:
     """Best-of-``repeats`` seconds of one forward per layout (tokens per row, rows on
     ``slots`` after ``context`` cached tokens), for the layouts the cache can hold (a
-    prefix of ``layouts``). The repeats go round the layouts in turn: timed one size after
-    another, a machine that slows down or speeds up over the seconds this takes tilts the
-    whole table (on the shared dev CPU a spurious 5 % slope over 1..4 tokens made the
-    scheduler cut drafts that cost nothing to verify)."""
+    prefix of ``layouts``). The repeats go round the layouts in turn (a first round warms
+    every shape up and is not kept): timed one size after another, a machine whose speed
+    drifts over the seconds this takes (the shared dev CPU's does, by 10-30 % over minutes)
+    would tilt the table, and the scheduler acts on differences of a few percent."""
     layouts = layouts[: next((i for i, per in enumerate(layouts)
                               if context + max(per) > cache.max_context), len(layouts))]
     best = [float("inf")] * len(layouts)
-    for rep in range(repeats + 1):  # the first round warms up and is not kept
+    for rep in range(repeats + 1):
         for i, per in enumerate(layouts):
             for s in slots[: len(per)]:
                 cache.lengths[s] = context
