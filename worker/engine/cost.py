@@ -84,22 +84,27 @@ def _time_layouts(runner: LlamaRunner, cache: KVCache, slots: list[int],
                   layouts: list[list[int]], context: int, repeats: int) -> list[float]:
     """Best-of-``repeats`` seconds of one forward per layout (tokens per row, rows on
     ``slots`` after ``context`` cached tokens), for the layouts the cache can hold (a
-    prefix of ``layouts``). The repeats go round the layouts in turn (a first round warms
-    every shape up and is not kept): timed one size after another, a machine whose speed
-    drifts over the seconds this takes (the shared dev CPU's does, by 10-30 % over minutes)
-    would tilt the table, and the scheduler acts on differences of a few percent."""
+    prefix of ``layouts``). The repeats go round the layouts in turn (after one warm-up
+    forward): timed one size after another, a machine whose speed drifts over the seconds
+    this takes (the shared dev CPU's does, by 10-30 % over minutes) would tilt the table, and
+    the scheduler acts on differences of a few percent."""
     layouts = layouts[: next((i for i, per in enumerate(layouts)
                               if context + max(per) > cache.max_context), len(layouts))]
+
+    def forward(per: list[int]) -> float:
+        for s in slots[: len(per)]:
+            cache.lengths[s] = context
+        rows = [Row(s, [1] * n, "all") for s, n in zip(slots, per, strict=False)]
+        _sync(runner.device)
+        t0 = time.perf_counter()
+        runner.forward(cache, rows)
+        _sync(runner.device)
+        return time.perf_counter() - t0
+
+    if layouts:
+        forward(layouts[0])
     best = [float("inf")] * len(layouts)
-    for rep in range(repeats + 1):
+    for _ in range(repeats):
         for i, per in enumerate(layouts):
-            for s in slots[: len(per)]:
-                cache.lengths[s] = context
-            rows = [Row(s, [1] * n, "all") for s, n in zip(slots, per, strict=False)]
-            _sync(runner.device)
-            t0 = time.perf_counter()
-            runner.forward(cache, rows)
-            _sync(runner.device)
-            if rep:
-                best[i] = min(best[i], time.perf_counter() - t0)
+            best[i] = min(best[i], forward(per))
     return best
