@@ -64,14 +64,10 @@ def assert_same_or_near_tie(target, prompt: list[int], got: list[int], want: lis
     """Batched runs may differ from a batch-1 run only where the target's top-2 logits tie
     (float sums in another order): find the first divergence and check its top-2 gap is
     under ``tolerance`` (float32's rounding by default; bfloat16 rounds ~65,000x coarser)."""
-    import torch
+    from specd.worker.bench.engine_bench import first_divergence, top2_gap
 
     if got == want:
         return
-    i = next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-             min(len(got), len(want)))
-    with torch.inference_mode():
-        logits = target.model(torch.tensor([prompt + want[:i]])).logits[0, -1].float()
-    top2 = logits.topk(2).values
-    gap = float(top2[0] - top2[1])
+    i = first_divergence(got, want)
+    gap = top2_gap(target.model, prompt + want[:i])
     assert gap < tolerance, f"divergence at token {i} with a top-2 logit gap of {gap}: a real bug"

@@ -320,10 +320,7 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
                 n = _first(want, eos_ids) if name in until_eos else None  # None: whole
                 same.append(got[:n] == want[:n])
                 if not same[-1] and top2_gap is not None and name not in until_eos:
-                    at = next((j for j, (a, b) in enumerate(zip(got, want, strict=False))
-                               if a != b),
-                              min(len(got), len(want)))
-                    gaps.append(top2_gap(i, want[:at]))
+                    gaps.append(top2_gap(i, want[: first_divergence(got, want)]))
             cell.matched_requests = sum(same)
             cell.match_plain = all(same)
             cell.divergence_top2_gap_max = max(gaps) if gaps else None
@@ -333,19 +330,26 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
 TopTwoGap = Callable[[int, list[int]], float]
 
 
-def target_top2_gap(model: Any, prompts: Sequence[BenchPrompt]) -> TopTwoGap:
-    """``mark_matches``' gap measure: one forward of the target over prompt + tokens."""
+def top2_gap(model: Any, ids: Sequence[int]) -> float:
+    """The model's top-2 logit gap after ``ids`` (one forward)."""
     import torch
 
     device = next(model.parameters()).device
+    with torch.inference_mode():
+        top = model(torch.tensor([list(ids)], device=device)).logits[0, -1].float().topk(2).values
+    return float(top[0] - top[1])
 
-    def gap(index: int, tokens: list[int]) -> float:
-        ids = torch.tensor([list(prompts[index].token_ids) + list(tokens)], device=device)
-        with torch.inference_mode():
-            top = model(ids).logits[0, -1].float().topk(2).values
-        return float(top[0] - top[1])
 
-    return gap
+def first_divergence(got: Sequence[int], want: Sequence[int]) -> int:
+    """Index of the first token where two outputs differ (the shorter length if one is a
+    prefix of the other)."""
+    return next((j for j, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                min(len(got), len(want)))
+
+
+def target_top2_gap(model: Any, prompts: Sequence[BenchPrompt]) -> TopTwoGap:
+    """``mark_matches``' gap measure: the target over a request's prompt + tokens."""
+    return lambda index, tokens: top2_gap(model, [*prompts[index].token_ids, *tokens])
 
 
 def _first(tokens: list[int], ids: Sequence[int]) -> int:
