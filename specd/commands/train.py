@@ -62,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="semi-ar also reads the target's residual stream after these decoder "
                         "layers (0-based; EAGLE-3-style fused low/mid/high features); auto: "
                         "layers 2, L/2 and L-4 of an L-layer target (2,15,26 for SmolLM2-135M)")
+    t.add_argument("--backbone-mlp", type=int, default=0, metavar="WIDTH",
+                   help="semi-ar: a SwiGLU MLP of this width in the backbone over [h ; "
+                        "e(x[p+1])] (0: one linear layer, as before); zero-initialised, so "
+                        "with --init-from it starts as the source drafter")
     t.add_argument("--init-from", default=None, metavar="ARTIFACT",
                    help="warm start from a trained artifact of the same method (folder)")
     t.add_argument("--out-dir", default=None,

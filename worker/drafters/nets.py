@@ -372,7 +372,9 @@ class SemiARDrafter(_BoundHead):
     """Scheme B: parallel backbone + GRU sequential head + confidence head.
 
     Input: h = h_p, plus L [norm(f_l1) ; ... ] with the optional ``feature_layers`` f.
-    Backbone (parallel over positions): z = h + SiLU(W [h ; norm(e(x[p+1]))]); position i's
+    Backbone (parallel over positions): z = h + SiLU(W [h ; norm(e(x[p+1]))]), with the
+    optional ``backbone_mlp`` (width m) z += D(SiLU(G x) * U x), x = [norm(z) ; norm(e(x[p+1]))]
+    (a SwiGLU MLP like one of the target's, D zero-initialised); position i's
     base state s_i = z + P_i. Sequential head: g_0 = tanh(G z); g_i = GRU(norm(e(prev_i)),
     g_{i-1}) with prev_1 = x[p+1], prev_i = d_{i-1}; o_i = ResBlock(s_i + U g_i);
     logits_i = lm_head_sub(o_i). Confidence: MLP([V o_i ; stats(logits_i) ; onehot(i)]) on
@@ -382,12 +384,22 @@ class SemiARDrafter(_BoundHead):
     def __init__(self, hidden_size: int, num_positions: int, vocab_ids: torch.Tensor,
                  vocab_size: int, gru_size: int = 256, conf_size: int = 64,
                  context: dict[str, Any] | None = None,
-                 feature_layers: list[int] | None = None) -> None:
+                 feature_layers: list[int] | None = None, backbone_mlp: int = 0) -> None:
         super().__init__(vocab_ids, vocab_size, num_positions)
         self.config = {"hidden_size": hidden_size, "num_positions": num_positions,
                        "vocab_size": vocab_size, "num_vocab": int(len(vocab_ids)),
                        "gru_size": gru_size, "conf_size": conf_size}
         h = hidden_size
+        # optional SwiGLU MLP in the backbone: the first draft position must guess what the
+        # target makes of x[p+1] without running it, and one linear layer over [h ; e] is
+        # little room for that; it runs once per round, not once per position
+        self.backbone_mlp = backbone_mlp
+        if backbone_mlp:
+            self.config["backbone_mlp"] = backbone_mlp
+            self.mlp_norm = nn.RMSNorm(h, eps=1e-5)
+            self.mlp_in = Linear(2 * h, 2 * backbone_mlp, bias=False)
+            self.mlp_out = Linear(backbone_mlp, h, bias=False)
+            nn.init.zeros_(self.mlp_out.weight)  # a warm start is exactly its source at step 0
         # optional EAGLE-style context layer in front of the backbone (``ContextEncoder``):
         # its kwargs, e.g. {"num_heads": 9, "num_kv_heads": 3, "intermediate_size": 1536,
         # "rope_theta": 1e5}; None = the backbone reads h_p alone
@@ -440,6 +452,9 @@ class SemiARDrafter(_BoundHead):
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         e = self.tok_norm(self.embed(last_token))
         z = hidden + F.silu(self.fuse(torch.cat([hidden, e], dim=-1)))
+        if self.backbone_mlp:
+            gate, up = self.mlp_in(torch.cat([self.mlp_norm(z), e], dim=-1)).chunk(2, dim=-1)
+            z = z + self.mlp_out(F.silu(gate) * up)
         return z, torch.tanh(self.g0(z))
 
     def _position(self, z: torch.Tensor, g: torch.Tensor, i: int) -> torch.Tensor:

@@ -49,6 +49,18 @@ def _feature_layers(args: argparse.Namespace, method: str, num_layers: int) -> l
     return layers
 
 
+def _backbone_mlp(args: argparse.Namespace, method: str) -> int:
+    width = getattr(args, "backbone_mlp", 0) or 0
+    if width < 0:
+        raise SpecdError("--backbone-mlp must be >= 0")
+    return width if method == "semi-ar" else 0  # the other methods have no backbone
+
+
+def _mlp_tag(args: argparse.Namespace, method: str) -> str:
+    width = _backbone_mlp(args, method)
+    return f"-mlp{width}" if width else ""
+
+
 def _settings(args: argparse.Namespace, method: str) -> Any:
     from specd.worker.training.trainer import TrainSettings
 
@@ -97,7 +109,7 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
     settings = _settings(args, method)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_root()
     variant = (("-ctx" if context else "") + _warm_tag(getattr(args, "init_from", None), target)
-               + "".join(f"-L{li}" for li in feature_layers))
+               + "".join(f"-L{li}" for li in feature_layers) + _mlp_tag(args, method))
     ckpt = ckpt_dir / f"{meta['hash']}-{method}{variant}-K{args.K}-s{args.seed}.pt"
     started = time.perf_counter()
     if method == "draft-model":
@@ -113,7 +125,8 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
                 raise SpecdError(f"--init-from holds a {init.method!r} drafter, not {method!r}")
         net, history = train_heads(method, target, train, calib, args.K, vocab_ids, settings,
                                    ckpt, progress=not args.no_progress, context=context,
-                                   init_from=init, feature_layers=feature_layers)
+                                   init_from=init, feature_layers=feature_layers,
+                                   backbone_mlp=_backbone_mlp(args, method))
     train_s = time.perf_counter() - started
     cal = calibrate(net, calib, test, args.K)
     log.info("%s: ECE on held-out data %.4f -> %.4f after calibration", method,

@@ -237,15 +237,15 @@ def default_feature_layers(num_layers: int) -> list[int]:
 
 
 def make_net(method: str, target_config: Any, K: int, vocab_ids: torch.Tensor,
-             context: bool = False, feature_layers: list[int] | None = None
-             ) -> ParallelHeads | SemiARDrafter:
+             context: bool = False, feature_layers: list[int] | None = None,
+             backbone_mlp: int = 0) -> ParallelHeads | SemiARDrafter:
     hidden_size, vocab_size = target_config.hidden_size, target_config.vocab_size
     if method == "parallel":
         return ParallelHeads(hidden_size, K, vocab_ids, vocab_size)
     if method == "semi-ar":
         return SemiARDrafter(hidden_size, K, vocab_ids, vocab_size,
                              context=context_config(target_config) if context else None,
-                             feature_layers=feature_layers)
+                             feature_layers=feature_layers, backbone_mlp=backbone_mlp)
     raise ValueError(method)
 
 
@@ -266,15 +266,16 @@ def warm_start(net: Any, source: Any) -> None:
 def train_heads(method: str, target: Any, train: Split, calib: Split, K: int,
                 vocab_ids: torch.Tensor, settings: TrainSettings, checkpoint: Path | None,
                 progress: bool = True, max_eval_examples: int = 6000, context: bool = False,
-                init_from: Any = None, feature_layers: list[int] | None = None
-                ) -> tuple[Any, list[dict[str, Any]]]:
+                init_from: Any = None, feature_layers: list[int] | None = None,
+                backbone_mlp: int = 0) -> tuple[Any, list[dict[str, Any]]]:
     """Train one head drafter; returns (net bound to target, history).
 
     ``init_from``: a trained net of the same method whose weights start this one (warm
     start; e.g. the semi-ar heads trained without a context layer, which the zero-initialised
     context projection leaves exactly as they were at step 0).
     """
-    net = make_net(method, target.model.config, K, vocab_ids, context, feature_layers).bind(target)
+    net = make_net(method, target.model.config, K, vocab_ids, context, feature_layers,
+                   backbone_mlp).bind(target)
     if init_from is not None:
         warm_start(net, init_from)
     net.float()  # train in fp32 master weights (autocast does bf16 matmuls)
