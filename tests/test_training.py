@@ -397,38 +397,30 @@ def test_backbone_mlp_learns_warm_starts_exactly_and_round_trips(tiny_data, targ
     falls; the artifact keeps the width in its config and loads to the same proposals."""
     from specd.worker.drafters.artifacts import load_drafter, save_drafter
     from specd.worker.model import model_fingerprint
+    from specd.worker.training import train_heads as th
     from specd.worker.training.data import load_split
-    from specd.worker.training.train_heads import (
-        evaluate_heads,
-        frequent_vocab,
-        head_logits,
-        loss_fn,
-        make_net,
-        make_teacher,
-        warm_start,
-    )
     from specd.worker.training.trainer import TrainSettings, fit
 
     _, directory = tiny_data
     train, calib = load_split(directory, "train"), load_split(directory, "calib")
     K = 4
-    vocab = frequent_vocab(train, 1024, [target.tokenizer.eos_token_id])
+    vocab = th.frequent_vocab(train, 1024, [target.tokenizer.eos_token_id])
     torch.manual_seed(0)
-    plain = make_net("semi-ar", target.model.config, K, vocab).bind(target).eval()
+    plain = th.make_net("semi-ar", target.model.config, K, vocab).bind(target).eval()
     for p in plain.parameters():
         torch.nn.init.normal_(p, std=0.02)
-    net = make_net("semi-ar", target.model.config, K, vocab, backbone_mlp=256).bind(target)
-    warm_start(net, plain)
-    ev = make_teacher(net, calib, K)
+    net = th.make_net("semi-ar", target.model.config, K, vocab, backbone_mlp=256).bind(target)
+    th.warm_start(net, plain)
+    ev = th.make_teacher(net, calib, K)
     batch = ev.batch(np.arange(8))
     with torch.no_grad():
-        ref_logits, _ = head_logits(plain, batch)
-        warm_logits, _ = head_logits(net.eval(), batch)
+        ref_logits, _ = th.head_logits(plain, batch)
+        warm_logits, _ = th.head_logits(net.eval(), batch)
     assert torch.allclose(warm_logits, ref_logits, atol=1e-5)
 
-    before = evaluate_heads(net, ev, K)
-    tr = make_teacher(net, train, K)
-    history = fit(net, tr.n, tr.batch, loss_fn, lambda m: evaluate_heads(m, ev, K),
+    before = th.evaluate_heads(net, ev, K)
+    tr = th.make_teacher(net, train, K)
+    history = fit(net, tr.n, tr.batch, th.loss_fn, lambda m: th.evaluate_heads(m, ev, K),
                   TrainSettings(epochs=6, batch_size=64, lr=3e-3, warmup_steps=5), None,
                   progress=False)
     assert history[-1]["heldout_loss"] < before["heldout_loss"] - 0.1
