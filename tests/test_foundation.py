@@ -112,6 +112,7 @@ def test_cli_main_returns_error_code_for_specd_errors(capsys):
     (["--data-shard", "two/4"], "--data-shard must be I/N"),
     (["--data-shard", "4/4"], "got '4/4'"),
     (["--extra-sampled", "-1"], "--extra-sampled must be >= 0"),
+    (["--backbone-mlp", "-8"], "--backbone-mlp must be >= 0"),
 ])
 def test_train_data_flags_are_refused_before_the_model_loads(capsys, flags, message):
     assert main(["train", "data", "--model", "no-such-model", *flags]) == 2

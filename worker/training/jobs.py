@@ -50,9 +50,7 @@ def _feature_layers(args: argparse.Namespace, method: str, num_layers: int) -> l
 
 
 def _backbone_mlp(args: argparse.Namespace, method: str) -> int:
-    width = getattr(args, "backbone_mlp", 0) or 0
-    if width < 0:
-        raise SpecdError("--backbone-mlp must be >= 0")
+    width = getattr(args, "backbone_mlp", 0) or 0  # >= 0: checked before any loading
     return width if method == "semi-ar" else 0  # the other methods have no backbone
 
 

@@ -55,8 +55,8 @@ def run_action(args: argparse.Namespace) -> int:
     for name in ("n_train", "n_calib", "n_test", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise SpecdError(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("extra_sampled", "extra_prompts"):
-        if getattr(args, name) < 0:
+    for name in ("extra_sampled", "extra_prompts", "backbone_mlp"):
+        if getattr(args, name, 0) < 0:
             raise SpecdError(f"--{name.replace('_', '-')} must be >= 0")
     shard = parse_shard(getattr(args, "data_shard", None))  # refuse bad input before loading
     target = load_model(args.model, args.device)
