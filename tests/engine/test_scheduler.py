@@ -98,6 +98,21 @@ def test_rounds_are_priced_by_their_row_count():
     assert schedule(policy, conf, 1, costs).lengths == [2]  # priced as rows: the tail is cut
 
 
+def test_round_overhead_keeps_a_tail_that_the_forward_step_alone_would_cut():
+    """The rate is per second of the whole round: a step in the forward's cost (2 -> 4 tokens
+    here, as measured for one row on the dev CPU) weighs less once the round's drafting time
+    is counted, and a low-survival tail that did not pay for the step alone now does."""
+    one_row = CostTable.from_measurements([1, 2, 3, 4], [0.01872, 0.01872, 0.02045, 0.02045])
+    policy = Policy(mode="scheduled", k_max=3, fixed_length=3, survival_floor=0.0)
+    conf = [[0.24, 0.3, 0.5]]  # survivals 0.24, 0.072, 0.036
+    assert schedule(policy, conf, 1, one_row).lengths == [1]
+    kept = schedule(policy, conf, 1, one_row, overhead=0.004)
+    assert kept.lengths == [3] and kept.cost == pytest.approx(0.02045)  # cost: the forward's
+    # a confident draft is verified whole either way; a hopeless one stays cut even so
+    assert schedule(policy, [[0.9, 0.9, 0.9]], 1, one_row).lengths == [3]
+    assert schedule(policy, [[0.02, 0.02, 0.02]], 1, one_row, overhead=0.004).lengths[0] <= 1
+
+
 def test_busy_batch_cuts_tails():
     """Same confidences: a light batch verifies long prefixes, a busy one (steep cost) cuts."""
     conf = [0.8, 0.6, 0.5, 0.4, 0.3]

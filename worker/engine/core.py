@@ -216,7 +216,9 @@ class EngineCore:
         t1 = time.perf_counter()
 
         # schedule
-        sched = schedule(policy, confs, base_tokens, self.costs.for_rows(len(decode) + len(chunks)))
+        # the round so far (drafting) is part of its time whatever gets verified
+        sched = schedule(policy, confs, base_tokens, self.costs.for_rows(len(decode) + len(chunks)),
+                         overhead=t1 - t0)
         lengths = sched.lengths
         t2 = time.perf_counter()
 
