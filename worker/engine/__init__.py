@@ -7,7 +7,8 @@ Modules (one job each):
 - ``core``       one round over the running batch (admission, chunked prefill, commit, stops)
 - ``llama``      batched ragged Llama forward over the HF weights, final-norm hidden states
 - ``kv_cache``   slot-based preallocated KV cache; rollback = lowering a slot's length
-- ``scheduler``  pure: survival, B* = argmax (N + sum top-B S) / (cost(T + B) + round overhead), bounds, modes
+- ``scheduler``  pure: survival, B* = argmax (N + sum top-B S) / (cost(T + B) + O), O the
+                 round's drafting time; bounds, modes
 - ``verifier``   pure: greedy prefix match, speculative sampling, target distribution processing
 - ``cost``       start-up step-cost profiling (target forward time vs batched tokens)
 - ``metrics``    prometheus_client metrics named per ``specd.api.metrics``

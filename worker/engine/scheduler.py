@@ -10,9 +10,9 @@ Pure functions over small arrays (no torch, no engine state), one call per round
   per decoding request plus any prefill chunk) and a measured, monotone step-cost table, the
   global budget is B* = argmax_B [N + sum of the top-B survivals] / (cost(T + B) + O):
   expected committed tokens per second of round time, O being what the round costs besides
-  the target forward (drafting, already spent when the schedule is made; 0 by default). Survivals are non-increasing along a request's
-  positions, so the top-B set is a contiguous prefix of every request (ties broken by
-  position). Bounds: per-request min_verify (always verified, if drafted) and max_verify,
+  the target forward (drafting, already spent when the schedule is made; 0 by default).
+  Survivals are non-increasing along a request's positions, so the top-B set is a contiguous
+  prefix of every request (ties broken by position). Bounds: per-request min_verify (always verified, if drafted) and max_verify,
   survival_floor, and max_batch_tokens on T + B.
 """
 

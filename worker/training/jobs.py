@@ -54,11 +54,6 @@ def _backbone_mlp(args: argparse.Namespace, method: str) -> int:
     return width if method == "semi-ar" else 0  # the other methods have no backbone
 
 
-def _mlp_tag(args: argparse.Namespace, method: str) -> str:
-    width = _backbone_mlp(args, method)
-    return f"-mlp{width}" if width else ""
-
-
 def _settings(args: argparse.Namespace, method: str) -> Any:
     from specd.worker.training.trainer import TrainSettings
 
@@ -96,6 +91,7 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
     if context:  # the context layer also reads the prompt's hidden states
         add_prompt_hidden(target, data_dir, progress=not args.no_progress)
     feature_layers = _feature_layers(args, method, target.model.config.num_hidden_layers)
+    backbone_mlp = _backbone_mlp(args, method)
     if feature_layers:
         add_layer_hidden(target, data_dir, tuple(feature_layers), progress=not args.no_progress)
     train, calib, test = (load_split(data_dir, s) for s in ("train", "calib", "test"))
@@ -107,7 +103,8 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
     settings = _settings(args, method)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else checkpoint_root()
     variant = (("-ctx" if context else "") + _warm_tag(getattr(args, "init_from", None), target)
-               + "".join(f"-L{li}" for li in feature_layers) + _mlp_tag(args, method))
+               + "".join(f"-L{li}" for li in feature_layers)
+               + (f"-mlp{backbone_mlp}" if backbone_mlp else ""))
     ckpt = ckpt_dir / f"{meta['hash']}-{method}{variant}-K{args.K}-s{args.seed}.pt"
     started = time.perf_counter()
     if method == "draft-model":
@@ -124,7 +121,7 @@ def train_method(method: str, args: argparse.Namespace, target: Any, fingerprint
         net, history = train_heads(method, target, train, calib, args.K, vocab_ids, settings,
                                    ckpt, progress=not args.no_progress, context=context,
                                    init_from=init, feature_layers=feature_layers,
-                                   backbone_mlp=_backbone_mlp(args, method))
+                                   backbone_mlp=backbone_mlp)
     train_s = time.perf_counter() - started
     cal = calibrate(net, calib, test, args.K)
     log.info("%s: ECE on held-out data %.4f -> %.4f after calibration", method,
