@@ -247,6 +247,52 @@ def test_extra_prompts_extend_a_cached_data_set(tiny_data, target, monkeypatch):
     assert meta["extra_prompts"] == 2 and meta["splits"]["train"] == 12
 
 
+def test_self_written_prompts_are_complete_new_and_deterministic(target, monkeypatch):
+    """The target writes user requests itself (Magpie-style): each a finished turn, none
+    excluded or repeated, the same ones again for the same seed."""
+    from specd.worker.engine.llama import LlamaRunner
+    from specd.worker.training import self_prompts as sp
+
+    monkeypatch.setattr(sp, "BATCH", 12)  # small batches: a short test
+    runner, tok = LlamaRunner(target.model), target.tokenizer
+    prefix = sp.user_turn_prefix(tok)
+    assert prefix.endswith("user\n") and "\x00" not in prefix
+    first = sp.write_self_prompts(runner, tok, 6, seed=3, exclude=set(), progress=False)
+    assert len(first) == 6 and [p.id for p in first] == list(range(sp.SELF_ID_BASE,
+                                                                   sp.SELF_ID_BASE + 6))
+    assert len({p.text for p in first}) == 6
+    assert all(sp._words(p.text) >= sp.MIN_WORDS and "<|im_end|>" not in p.text for p in first)
+    assert {(p.lang, p.task) for p in first} <= {(lang, task) for _, lang, task in sp.OPENERS}
+    # an excluded text is never written; the rest come in the same order for the same seed
+    again = sp.write_self_prompts(runner, tok, 3, seed=3, exclude={first[0].text},
+                                  progress=False)
+    assert [p.text for p in again] == [p.text for p in first[1:4]]
+
+
+def test_self_prompts_join_train_in_batches_of_their_own(tiny_data, target, monkeypatch):
+    from dataclasses import replace
+
+    from specd.worker.model import model_fingerprint
+    from specd.worker.training import self_prompts as sp
+    from specd.worker.training.data import DataSettings, generate_data, load_split
+
+    splits, directory = tiny_data
+    monkeypatch.setenv("SPECD_CACHE", str(directory.parent.parent))
+    monkeypatch.setattr(sp, "BATCH", 8)
+    chunks = set(directory.parent.glob("chunks-*/*.pt"))
+    settings = replace(DataSettings(n_train=12, n_calib=4, n_test=4, max_new_tokens=32,
+                                    batch_size=12, sampled_fraction=0.25), self_prompts=2)
+    wider = generate_data(target, settings, model_fingerprint(target), progress=False)
+    assert wider != directory
+    added = sorted(set(directory.parent.glob("chunks-*/*.pt")) - chunks)
+    assert [p.name.split("_")[0] for p in added] == ["self"]  # every old batch reused
+    assert len(list(directory.parent.glob("self-prompts-*.json"))) == 1  # cached
+    old, train = splits["train"], load_split(wider, "train")
+    assert len(train) == len(old) + 2
+    assert (train.prompt_index[len(old):] >= sp.SELF_ID_BASE).all()
+    assert json.loads((wider / "meta.json").read_text())["self_prompts"] == 2
+
+
 @pytest.mark.slow
 def test_short_training_run_learns(tiny_data, target):
     from specd.worker.training.train_heads import (

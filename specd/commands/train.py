@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--extra-prompts", type=int, default=d.extra_prompts,
                    help="add this many broad prompts (chat, writing, ...: broad_prompts.py) "
                         "to the training split")
+    g.add_argument("--self-prompts", type=int, default=d.self_prompts,
+                   help="add this many prompts the target writes itself (Magpie-style: "
+                        "self_prompts.py) to the training split")
     g.add_argument("--data-batch-size", type=int, default=d.batch_size,
                    help="prompts decoded together")
     g.add_argument("--data-dtype", default=d.dtype, help="target dtype while generating data")

@@ -51,7 +51,7 @@ def _settings_key(settings: DataSettings) -> dict[str, Any]:
     """Settings as hashed: fields added later are left out at their neutral value, so the
     hashes of data sets made before they existed stay the same."""
     key = asdict(settings)
-    for name in ("extra_sampled", "extra_prompts"):
+    for name in ("extra_sampled", "extra_prompts", "self_prompts"):
         if key[name] == 0:
             key.pop(name)
     return key
@@ -61,7 +61,7 @@ def data_hash(settings: DataSettings, fingerprint: str, prompts: dict[str, list[
     digest = hashlib.sha256()
     digest.update(json.dumps(_settings_key(settings), sort_keys=True).encode())
     digest.update(fingerprint.encode())
-    for split in (*SPLITS, "extra"):
+    for split in (*SPLITS, "extra", "self"):
         for p in prompts.get(split, []):
             digest.update(f"{split}\x00{p.text}\x00".encode())
     return digest.hexdigest()[:16]
@@ -200,11 +200,13 @@ def _save_split(directory: Path, split: str, items: list[dict[str, Any]]) -> Non
         np.save(directory / split / f"{name}.npy", value)
 
 
-def _select_prompts(tokenizer: Any, settings: DataSettings) -> dict[str, list[Prompt]]:
+def _select_prompts(tokenizer: Any, settings: DataSettings,
+                    self_written: list[Prompt] | None = None) -> dict[str, list[Prompt]]:
     """Prompts that fit ``max_prompt_tokens``, split; train order is a stable prefix.
 
     ``extra`` holds the first ``extra_prompts`` broad prompts (``broad_prompts.py``): they
-    train alongside ``train`` and are a stable prefix of their own list.
+    train alongside ``train`` and are a stable prefix of their own list. ``self`` holds the
+    target's self-written prompts (``self_prompts.py``; made by the caller), train as well.
     """
     def fits(p: Prompt) -> bool:
         return len(chat_ids(tokenizer, p.text)) <= settings.max_prompt_tokens
@@ -218,7 +220,24 @@ def _select_prompts(tokenizer: Any, settings: DataSettings) -> dict[str, list[Pr
             raise SpecdError(f"--extra-prompts {settings.extra_prompts}: the broad prompt set "
                              f"has {len(broad)}")
         splits["extra"] = broad[:settings.extra_prompts]
+    splits["self"] = [p for p in self_written or [] if fits(p)]
     return splits
+
+
+def _self_written(decode: _BatchDecoder, tok: Any, settings: DataSettings, fingerprint: str,
+                  progress: bool) -> list[Prompt]:
+    """The target's own prompts (cached), never equal to a template, broad or benchmark one."""
+    if not settings.self_prompts:
+        return []
+    from specd.worker.bench.prompts import DEFAULT_PROMPTS, read_prompt_file
+    from specd.worker.training.prompts import build_prompts
+    from specd.worker.training.self_prompts import self_prompts
+
+    exclude = {m["content"] for row in read_prompt_file(DEFAULT_PROMPTS) for m in row["messages"]}
+    exclude |= {p.text for p in (*build_prompts(settings.seed),
+                                 *build_broad_prompts(settings.seed))}
+    return self_prompts(lambda: decode.runner, tok, settings.self_prompts, settings.seed,
+                        fingerprint, settings.dtype, cache_root(), exclude, progress)
 
 
 def _is_sampled(settings: DataSettings, prompt: Prompt) -> bool:
@@ -343,24 +362,27 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
     fills the gaps and assembles the data set.
     """
     tok = target.tokenizer
-    all_prompts = _select_prompts(tok, settings)
+    decode = _BatchDecoder(target, settings)
+    all_prompts = _select_prompts(tok, settings,
+                                  _self_written(decode, tok, settings, fingerprint, progress))
     digest = data_hash(settings, fingerprint, all_prompts)
     directory = cache_root() / digest
     if (directory / "meta.json").is_file():
         return directory
     base = _settings_key(settings)
-    for key in ("n_train", "n_calib", "n_test", "extra_prompts"):
+    for key in ("n_train", "n_calib", "n_test", "extra_prompts", "self_prompts"):
         base.pop(key, None)
     chunk_key = hashlib.sha256(json.dumps([base, fingerprint, settings.n_test, settings.n_calib],
                                           sort_keys=True).encode()).hexdigest()[:16]
     chunks = cache_root() / f"chunks-{chunk_key}"
     chunks.mkdir(parents=True, exist_ok=True)
-    decode = _BatchDecoder(target, settings)
     for split in ("test", "calib", "train"):  # train last: its batches extend
-        # (chunk file prefix, jobs, seed offset): the broad prompts get batches of their own
+        # (chunk file prefix, jobs, seed offset): broad and self-written prompts get batches
+        # of their own
         groups = [(split, _jobs(settings, split, all_prompts[split]), 0)]
-        if split == "train" and all_prompts["extra"]:
-            groups.append(("extra", _jobs(settings, "train", all_prompts["extra"]), 50_000))
+        for family, offset in (("extra", 50_000), ("self", 70_000)):
+            if split == "train" and all_prompts[family]:
+                groups.append((family, _jobs(settings, "train", all_prompts[family]), offset))
         items: list[dict[str, Any]] = []
         for prefix, jobs, seed_offset in groups:
             items += _decode_jobs(decode, tok, settings, chunks, prefix, jobs, seed_offset,
@@ -373,6 +395,7 @@ def generate_data(target: Any, settings: DataSettings, fingerprint: str,
     meta = {"hash": digest, "settings": asdict(settings), "target_fingerprint": fingerprint,
             "splits": {s: len(all_prompts[s]) for s in SPLITS},
             "extra_prompts": len(all_prompts["extra"]),  # broad prompts inside train
+            "self_prompts": len(all_prompts["self"]),  # self-written prompts inside train
             "rows": {s: int(np.load(directory / s / "row_off.npy")[-1]) for s in SPLITS}}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return directory

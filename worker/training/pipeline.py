@@ -22,6 +22,7 @@ def data_settings(args: argparse.Namespace) -> Any:
                         n_test=args.n_test, max_new_tokens=args.max_new_tokens,
                         sampled_fraction=args.sampled_fraction,
                         extra_sampled=args.extra_sampled, extra_prompts=args.extra_prompts,
+                        self_prompts=args.self_prompts,
                         batch_size=args.data_batch_size, dtype=args.data_dtype)
 
 
@@ -55,7 +56,7 @@ def run_action(args: argparse.Namespace) -> int:
     for name in ("n_train", "n_calib", "n_test", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise SpecdError(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("extra_sampled", "extra_prompts", "backbone_mlp"):
+    for name in ("extra_sampled", "extra_prompts", "self_prompts", "backbone_mlp"):
         if getattr(args, name, 0) < 0:
             raise SpecdError(f"--{name.replace('_', '-')} must be >= 0")
     shard = parse_shard(getattr(args, "data_shard", None))  # refuse bad input before loading

@@ -20,6 +20,8 @@ class DataSettings:
     extra_sampled: int = 0
     # prompts from the broad family (broad_prompts.py: chat, writing, ...) added to train
     extra_prompts: int = 0
+    # prompts the target writes itself (self_prompts.py, Magpie-style) added to train
+    self_prompts: int = 0
     topk: int = 8
     batch_size: int = 32
     dtype: str = "bfloat16"  # the target's dtype while generating (bf16 is ~2x on AVX512 CPUs)
