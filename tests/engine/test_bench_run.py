@@ -72,3 +72,38 @@ def test_add_pass_sums_counters_and_keeps_the_first_outputs():
     s = first.summary()
     assert s["tokens_per_s"] == 1.0 and s["passes_tokens_per_s"] == [1.0, 2.0, 0.5]
     assert s["tau"] == (4 + 6) / 6
+
+
+def test_slices_are_whole_waves_and_cover_every_prompt_once():
+    from specd.worker.bench.engine_bench import SLICE_PROMPTS, slices
+
+    for n in (1, 7, 40, 48):
+        for c in (1, 3, 4, 16, 32):
+            cut = slices(n, c)
+            assert [i for lo, hi in cut for i in range(lo, hi)] == list(range(n))
+            assert all((hi - lo) % c == 0 for lo, hi in cut[:-1])  # whole waves
+            assert all(hi - lo >= SLICE_PROMPTS for lo, hi in cut[:-1])
+    assert slices(40, 32) == [(0, 40)]  # never a lone tail wave at lower concurrency
+
+
+def test_groups_take_each_slice_in_turn(target, chat_prompt_ids, monkeypatch):
+    from specd.worker.bench import engine_bench
+
+    monkeypatch.setattr(engine_bench, "SLICE_PROMPTS", 1)
+    texts = ("Name two fruits.", "Name a colour.")
+    prompts = [BenchPrompt(chat_prompt_ids(t), "chat", t) for t in texts]
+    seen: list[tuple[str, int]] = []
+    results = run_engine_groups(target, parse_groups("plain,ngram"), prompts, [1], max_tokens=5,
+                                k=3, on_cell=lambda g, c: seen.append((g, c)),
+                                engine_options={"cost_profile": "none"})
+    # one pass, two slices, the order alternating from slice to slice
+    assert seen == [("plain", 1), ("ngram", 1), ("ngram", 1), ("plain", 1)]
+    for name in ("plain", "ngram"):
+        cell = results[name][1]
+        assert len(cell.outputs) == 2 and len(cell.pass_seconds) == 1
+        assert cell.seconds == pytest.approx(cell.pass_seconds[0])
+        assert cell.summary()["output_tokens"] == 10
+    # the slices' outputs keep prompt order: each equals a run of that prompt alone
+    alone = run_engine_groups(target, parse_groups("plain"), prompts[1:], [1], max_tokens=5,
+                              k=3, engine_options={"cost_profile": "none"})
+    assert results["plain"][1].outputs[1] == alone["plain"][1].outputs[0]

@@ -8,7 +8,11 @@ Engine groups run interleaved (all groups at one concurrency, then the next), so
 compared with each other are measured close together in time. With ``--min-seconds S`` the
 groups at one concurrency run in repeated passes (order alternating) until each has run S
 seconds there, and a cell's tokens/s is the median of its passes: short cells (high
-concurrency, a few seconds each) are the noisiest, and they get the most passes.
+concurrency, a few seconds each) are the noisiest, and they get the most passes. Within a pass
+the prompts run in slices (``slices``: whole waves of C, at least ``SLICE_PROMPTS`` prompts),
+every group taking each slice in turn, so a slow minute of the machine falls on
+every group alike instead of on whichever group's long cell it hit (at C=1 one group's pass
+over 40 prompts took about 80 s).
 """
 
 from __future__ import annotations
@@ -59,6 +63,18 @@ class Cell:
     def add_pass(self, other: Cell) -> None:
         """Fold a repeated pass over the same prompts into this cell (outputs: the first's)."""
         self.pass_seconds += other.pass_seconds
+        self.seconds += other.seconds
+        self.per_request_tokens_per_s += other.per_request_tokens_per_s
+        for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for phase, sec in other.phase_seconds.items():
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + sec
+        self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
+
+    def add_slice(self, other: Cell) -> None:
+        """Append the next slice of prompts of the same pass (outputs in prompt order)."""
+        self.outputs += other.outputs
+        self.pass_seconds[-1] += other.seconds
         self.seconds += other.seconds
         self.per_request_tokens_per_s += other.per_request_tokens_per_s
         for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
@@ -190,6 +206,17 @@ async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
 
 
 MAX_PASSES = 5
+SLICE_PROMPTS = 8
+
+
+def slices(n_prompts: int, concurrency: int) -> list[tuple[int, int]]:
+    """[lo, hi) prompt ranges of a pass: whole waves of ``concurrency``, at least
+    ``SLICE_PROMPTS`` prompts each, the last slice taking the remainder (so at C=32 over 40
+    prompts the pass stays one slice: its last 8 requests start as the first ones finish,
+    as before). A slice drains before the next begins, which every group pays alike."""
+    size = concurrency * max(1, -(-SLICE_PROMPTS // concurrency))
+    count = max(1, n_prompts // size)
+    return [(i * size, n_prompts if i == count - 1 else (i + 1) * size) for i in range(count)]
 
 
 def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt],
@@ -202,8 +229,9 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     One engine per group (each with its own measured cost profile) stays up for the whole
     run (its round thread only while its cell runs), so the groups compared at a concurrency
     run minutes apart rather than an hour apart
-    (this machine's speed drifts); the order of the groups alternates between passes
-    so no group always runs first. With ``min_seconds`` the groups at a concurrency repeat in
+    (this machine's speed drifts); each pass runs the prompts in ``slices``, every group
+    taking each slice, the order of the groups alternating from slice to slice so no group
+    always runs first. With ``min_seconds`` the groups at a concurrency repeat in
     passes until each has run that long there (at most ``MAX_PASSES``); every cell then holds
     all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is called before each
     cell; ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
@@ -235,24 +263,31 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
         turn = 0
         for concurrency in concurrencies:
             for _ in range(MAX_PASSES):
-                order = list(groups) if turn % 2 == 0 else list(reversed(groups))
-                turn += 1
-                for group in order:
-                    if on_cell is not None:
-                        on_cell(group.name, concurrency)
-                    engine, registry = engines[group.name]
-                    at = time.perf_counter() - began
-                    await engine.start()
-                    try:
-                        cell = await _run_cell(engine, registry, group.name, prompts,
-                                               concurrency, max_tokens)
-                    finally:
-                        await engine.stop(drain=False)
-                    cell.started_s = at
-                    if concurrency in cells[group.name]:
-                        cells[group.name][concurrency].add_pass(cell)
+                this_pass: dict[str, Cell] = {}
+                for lo, hi in slices(len(prompts), concurrency):
+                    order = list(groups) if turn % 2 == 0 else list(reversed(groups))
+                    turn += 1
+                    for group in order:
+                        if on_cell is not None:
+                            on_cell(group.name, concurrency)
+                        engine, registry = engines[group.name]
+                        at = time.perf_counter() - began
+                        await engine.start()
+                        try:
+                            cell = await _run_cell(engine, registry, group.name,
+                                                   prompts[lo:hi], concurrency, max_tokens)
+                        finally:
+                            await engine.stop(drain=False)
+                        if group.name in this_pass:
+                            this_pass[group.name].add_slice(cell)
+                        else:
+                            cell.started_s = at
+                            this_pass[group.name] = cell
+                for name, cell in this_pass.items():
+                    if concurrency in cells[name]:
+                        cells[name][concurrency].add_pass(cell)
                     else:
-                        cells[group.name][concurrency] = cell
+                        cells[name][concurrency] = cell
                 if all(cells[g.name][concurrency].seconds >= min_seconds for g in groups):
                     break
 
