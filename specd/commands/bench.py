@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": threads, "min_seconds": args.min_seconds})
+        "threads": threads, "min_seconds": args.min_seconds,
+        "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
     return 0
