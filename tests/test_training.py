@@ -291,6 +291,16 @@ def test_self_prompts_join_train_in_batches_of_their_own(tiny_data, target, monk
     assert len(train) == len(old) + 2
     assert (train.prompt_index[len(old):] >= sp.SELF_ID_BASE).all()
     assert json.loads((wider / "meta.json").read_text())["self_prompts"] == 2
+    # fewer prompts later: the first ones of the cached file, no model run
+    from specd.worker.training.data import cache_root
+
+    def no_runner():
+        raise AssertionError("the cache should have answered")
+
+    written = json.loads(next(directory.parent.glob("self-prompts-*.json")).read_text())
+    one = sp.self_prompts(no_runner, target.tokenizer, 1, settings.seed,
+                          model_fingerprint(target), settings.dtype, cache_root(), set())
+    assert len(written) == 2 and [p.text for p in one] == [written[0]["text"]]
 
 
 @pytest.mark.slow

@@ -56,9 +56,10 @@ def _words(text: str) -> int:
     return len(text.split()) + cjk
 
 
-def _cache_path(root: Path, fingerprint: str, seed: int, n: int, dtype: str,
-                max_tokens: int) -> Path:
-    key = json.dumps([fingerprint, seed, n, dtype, max_tokens, OPENERS, MIN_WORDS, BATCH,
+def _cache_path(root: Path, fingerprint: str, seed: int, dtype: str, max_tokens: int) -> Path:
+    # no n: the first n prompts of a longer run are exactly a run for n (same batches, same
+    # order), so one file serves every n up to its length
+    key = json.dumps([fingerprint, seed, dtype, max_tokens, OPENERS, MIN_WORDS, BATCH,
                       TEMPERATURE])
     return root / f"self-prompts-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
@@ -107,9 +108,11 @@ def self_prompts(runner_of: Any, tokenizer: Any, n: int, seed: int, fingerprint:
     """``n`` self-written prompts, cached; ``runner_of()`` builds the runner only on a miss."""
     if n <= 0:
         return []
-    path = _cache_path(root, fingerprint, seed, n, dtype, max_tokens)
+    path = _cache_path(root, fingerprint, seed, dtype, max_tokens)
     if path.is_file():
-        return [Prompt(**p) for p in json.loads(path.read_text())]
+        cached = json.loads(path.read_text())
+        if len(cached) >= n:
+            return [Prompt(**p) for p in cached[:n]]
     prompts = write_self_prompts(runner_of(), tokenizer, n, seed, exclude, max_tokens, progress)
     root.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
