@@ -87,6 +87,23 @@ def test_warm_start_carries_weights_across_output_vocabularies(target):
             assert torch.equal(value, theirs[name]), name
 
 
+def test_a_warm_start_keeps_its_sources_vocabulary_and_checkpoints_are_keyed_by_it(
+        tiny_data, target, tmp_path):
+    from specd.worker.training.jobs import checkpoint_path, output_vocab
+    from specd.worker.training.train_heads import frequent_vocab, make_net
+
+    train = tiny_data[0]["train"]
+    eos = target.tokenizer.eos_token_id
+    source = make_net("semi-ar", target.model.config, 4, _tiny_vocab(target, 300))
+    own = output_vocab(train, "semi-ar", 64, None, eos)
+    assert torch.equal(own, frequent_vocab(train, 64, [eos]))
+    assert torch.equal(output_vocab(train, "semi-ar", None, source, eos), source.vocab_ids)
+    assert torch.equal(output_vocab(train, "semi-ar", 64, source, eos), own)  # asked for
+    paths = {checkpoint_path(tmp_path, "h", "semi-ar", "-warmx", v, 7, 0)
+             for v in (own, source.vocab_ids, own.clone())}
+    assert len(paths) == 2  # same vocabulary, same checkpoint; another one, another
+
+
 # ---------------------------------------------------------------- tiny data + training
 
 @pytest.fixture(scope="module")
