@@ -63,18 +63,15 @@ class Cell:
     def add_pass(self, other: Cell) -> None:
         """Fold a repeated pass over the same prompts into this cell (outputs: the first's)."""
         self.pass_seconds += other.pass_seconds
-        self.seconds += other.seconds
-        self.per_request_tokens_per_s += other.per_request_tokens_per_s
-        for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for phase, sec in other.phase_seconds.items():
-            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + sec
-        self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
+        self._add_counts(other)
 
     def add_slice(self, other: Cell) -> None:
         """Append the next slice of prompts of the same pass (outputs in prompt order)."""
         self.outputs += other.outputs
         self.pass_seconds[-1] += other.seconds
+        self._add_counts(other)
+
+    def _add_counts(self, other: Cell) -> None:
         self.seconds += other.seconds
         self.per_request_tokens_per_s += other.per_request_tokens_per_s
         for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
