@@ -171,7 +171,7 @@ def test_extra_sampled_jobs_and_stable_hashes():
 
 
 def test_broad_prompts_are_new_and_never_benchmark_prompts():
-    from specd.worker.bench.prompts import DEFAULT_PROMPTS, read_prompt_file
+    from specd.worker.bench.prompts import benchmark_texts
     from specd.worker.training.broad_prompts import ID_BASE, build_broad_prompts
     from specd.worker.training.prompts import build_prompts
 
@@ -183,8 +183,8 @@ def test_broad_prompts_are_new_and_never_benchmark_prompts():
     assert {p.lang for p in broad} == {"en", "zh"}
     assert min(p.id for p in broad) == ID_BASE > len(build_prompts(0))
     assert not {p.text for p in broad} & {p.text for p in build_prompts(0)}
-    bench = {m["content"] for row in read_prompt_file(DEFAULT_PROMPTS) for m in row["messages"]}
-    assert not {p.text for p in broad} & bench  # the benchmark stays held out
+    bench = benchmark_texts()
+    assert bench and not {p.text for p in broad} & bench  # the benchmark stays held out
 
 
 def test_extra_prompts_join_train_and_leave_old_hashes_alone(target):

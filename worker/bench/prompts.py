@@ -57,3 +57,9 @@ def encode_prompts(rows: list[dict[str, Any]], tokenizer: Any) -> list[BenchProm
             ids = tokenizer(text)["input_ids"]
         prompts.append(BenchPrompt(list(ids), task_group(row.get("task_group")), text))
     return prompts
+
+
+def benchmark_texts(path: str | Path = DEFAULT_PROMPTS) -> set[str]:
+    """Every message text of a prompt file: what training prompt families must never contain,
+    so the benchmark stays held out."""
+    return {m["content"] for row in read_prompt_file(path) for m in row.get("messages", [])}

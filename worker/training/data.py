@@ -229,12 +229,11 @@ def _self_written(decode: _BatchDecoder, tok: Any, settings: DataSettings, finge
     """The target's own prompts (cached), never equal to a template, broad or benchmark one."""
     if not settings.self_prompts:
         return []
-    from specd.worker.bench.prompts import DEFAULT_PROMPTS, read_prompt_file
+    from specd.worker.bench.prompts import benchmark_texts
     from specd.worker.training.prompts import build_prompts
     from specd.worker.training.self_prompts import self_prompts
 
-    exclude = {m["content"] for row in read_prompt_file(DEFAULT_PROMPTS) for m in row["messages"]}
-    exclude |= {p.text for p in (*build_prompts(settings.seed),
+    exclude = benchmark_texts() | {p.text for p in (*build_prompts(settings.seed),
                                  *build_broad_prompts(settings.seed))}
     return self_prompts(lambda: decode.runner, tok, settings.self_prompts, settings.seed,
                         fingerprint, settings.dtype, cache_root(), exclude, progress)
