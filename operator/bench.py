@@ -29,7 +29,9 @@ def service(name: str) -> dict:
         "spec": {"replicas": 1, "model": {"reference": "smollm2-135m"},
                  "drafter": {"method": "ngram", "k": 4},
                  "worker": {"image": "specd-worker:0.1.0",
-                            "resources": {"limits": {"cpu": "100m", "memory": "128Mi"}}}},
+                            "resources": {"limits": {"cpu": "100m", "memory": "128Mi"}},
+                            # times the operator, not model loading: kwok simulates the pods
+                            "env": [{"name": "LOCAL_POD_RUNNER", "value": "simulate"}]}},
     }
 
 

@@ -30,6 +30,9 @@ POLICY_VOLUME = "policy"
 POLICY_VERSION_ANNOTATION = f"{k8s.GROUP}/policy-version"
 # Non-root identity of the worker process (the worker image creates this user).
 WORKER_UID = 10001
+# The container command, set explicitly (not left to the image's ENTRYPOINT) so that anything
+# reading the pod from the API -- the local pod runner, a policy engine -- sees what runs.
+WORKER_COMMAND = ["/usr/bin/tini", "--", "specd", "serve"]
 
 Manifest = dict[str, Any]
 
@@ -147,7 +150,7 @@ def build_service(owner: Mapping[str, Any]) -> Manifest:
 
 
 def worker_args(spec: ServiceSpec) -> list[str]:
-    """Flags after the image's entrypoint (``tini -- specd serve``): the contract with the
+    """Flags after ``WORKER_COMMAND`` (``tini -- specd serve``): the contract with the
     worker server. K travels in the policy document (k_max), the track and revision in env."""
     model, drafter, engine = spec.model, spec.drafter, spec.engine
     args = ["--model", model.reference, "--dtype", model.dtype,
@@ -226,6 +229,7 @@ def build_pod_template(owner: Mapping[str, Any], spec: ServiceSpec, track: str,
         "name": CONTAINER,
         "image": worker.image,
         "imagePullPolicy": worker.image_pull_policy,
+        "command": list(WORKER_COMMAND),
         "args": worker_args(spec),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "env": _env(service, track, rev, spec),

@@ -165,7 +165,8 @@ def test_worker_pod_shape() -> None:
     assert volumes[mounts[k8s.POLICY_MOUNT_DIR]]["configMap"]["name"] == \
         "smollm2-parallel-stable-policy"
     args = container["args"]
-    assert "command" not in container  # the image entrypoint (tini -- specd serve) stays
+    # the command is explicit (the pod runner and admission policies read it from the API)
+    assert container["command"] == ["/usr/bin/tini", "--", "specd", "serve"]
     assert args[args.index("--policy-file") + 1] == f"{k8s.POLICY_MOUNT_DIR}/{POLICY_KEY}"
     assert args[args.index("--drafter") + 1] == "parallel"
     assert "--prompt-lookup" not in args

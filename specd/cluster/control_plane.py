@@ -36,7 +36,11 @@ from specd.cluster.processes import LOOPBACK, Started
 
 Progress = Callable[[str], None]
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Development tooling beside the control plane: the pod runner runs specd's own pods as
+# local processes, HAProxy puts Services on loopback URLs, Prometheus scrapes the pods.
+ADDONS = ("proxy", "prometheus", "pod-runner")
+COMPONENTS = CONTROL_PLANE + ADDONS
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.1/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -62,10 +66,13 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    proxy: int  # HAProxy's own health frontend
+    prometheus: int
+    runner: int  # the pod runner's /healthz
 
     @classmethod
     def pick(cls) -> Ports:
-        return cls(*processes.free_ports(6))
+        return cls(*processes.free_ports(9))
 
 
 @dataclass
@@ -234,6 +241,9 @@ def health_urls(ports: Ports) -> dict[str, str]:
         "kube-controller-manager": f"https://{LOOPBACK}:{ports.controller_manager}/healthz",
         "kube-scheduler": f"https://{LOOPBACK}:{ports.scheduler}/healthz",
         "kwok": f"http://{LOOPBACK}:{ports.kwok}/healthz",
+        "proxy": f"http://{LOOPBACK}:{ports.proxy}/",
+        "prometheus": f"http://{LOOPBACK}:{ports.prometheus}/-/ready",
+        "pod-runner": f"http://{LOOPBACK}:{ports.runner}/healthz",
     }
 
 
@@ -267,7 +277,7 @@ def _state_file(state_dir: Path) -> Path:
 def read_state(state_dir: Path) -> State | None:
     try:
         return State.load(_state_file(state_dir).read_text())
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -365,6 +375,45 @@ def _start_all(state_dir: Path, state: State, shape: NodeShape, deadline: float,
     _wait_usable(handle, state, deadline)
     progress(f"  {len(state.nodes)} fake nodes Ready "
              f"(cpu {shape.cpu}, memory {shape.memory}, nvidia.com/gpu {shape.gpus} each)")
+    for component, argv in addon_plan(state_dir, ports):
+        _, started = processes.start(component, argv,
+                                     state_dir / "logs" / f"{component}.log", cwd=state_dir)
+        state.processes.append(started)
+        _wait_ready(started, urls[component], keys, deadline)
+        progress(f"  {component} ready (port {urls[component].rsplit(':', 1)[1].split('/')[0]})")
+
+
+def addon_plan(state_dir: Path, ports: Ports) -> list[tuple[str, list[str]]]:
+    """HAProxy (master-worker, reloaded by the runner), Prometheus (file_sd of the runner's
+    pods) and the pod runner; writes their starting configuration."""
+    import sys
+
+    from specd.cluster.prometheus import DEFAULT_BINARY, server_argv
+    from specd.cluster.runner import discovery, proxy
+
+    addons = state_dir / "addons"
+    shutil.rmtree(addons, ignore_errors=True)
+    addons.mkdir(parents=True)
+    haproxy_cfg, pidfile = addons / "haproxy.cfg", addons / "haproxy.pid"
+    haproxy_cfg.write_text(proxy.config_text([], ports.proxy))
+    targets = addons / "pod-targets.json"
+    targets.write_text("[]\n")
+    prometheus_cfg = addons / "prometheus.yml"
+    prometheus_cfg.write_text(discovery.local_config_yaml(str(targets)))
+    for binary, package in ((proxy.BINARY, "haproxy"), (DEFAULT_BINARY, "prometheus")):
+        if not Path(binary).is_file():
+            raise SpecdError(f"{binary} not found: install Debian's '{package}' package "
+                             "(make apt)")
+    return [
+        ("proxy", proxy.argv(haproxy_cfg, pidfile)),
+        ("prometheus", server_argv(DEFAULT_BINARY, prometheus_cfg, addons / "prometheus-data",
+                                   ports.prometheus)),
+        ("pod-runner", [sys.executable, "-m", "specd.cluster.runner",
+                        f"--state-dir={state_dir}", f"--kubeconfig={state_dir / 'kubeconfig'}",
+                        f"--haproxy-config={haproxy_cfg}", f"--haproxy-pidfile={pidfile}",
+                        f"--proxy-health-port={ports.proxy}", f"--targets-file={targets}",
+                        f"--health-port={ports.runner}"]),
+    ]
 
 
 def _create_nodes(handle: LocalCluster, shape: NodeShape) -> list[str]:
@@ -411,8 +460,32 @@ def _wait_usable(handle: LocalCluster, state: State, deadline: float) -> None:
 
 
 def _stop_all(started: list[Started]) -> None:
-    for process in reversed(started):  # kwok first, etcd last
-        processes.stop(process)
+    # the runner first (it stops its pods' processes: up to 10 s grace each, in parallel),
+    # then the proxy and Prometheus, then kwok ... etcd last
+    for process in reversed(started):
+        processes.stop(process, timeout=40.0 if process.name == "pod-runner" else 10.0)
+        if process.name == "pod-runner":
+            _kill_runner_orphans(Path(process.log).parent.parent)
+
+
+def _kill_runner_orphans(state_dir: Path) -> None:
+    """Pod processes a SIGKILLed runner could not stop (recognised by pid and start time)."""
+    import os
+    import signal
+
+    from specd.cluster.runner import state as runner_state
+
+    published = runner_state.read(state_dir)
+    left = [(p["pid"], p["start_ticks"]) for p in (published.pods if published else [])
+            if p.get("pid") and processes.is_alive(p["pid"], p["start_ticks"])]
+    for pid, _ in left:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(processes.is_alive(*p) for p in left):
+        time.sleep(0.05)
 
 
 def down(state_dir: Path | None = None, *, name: str = DEFAULT_NAME,
@@ -428,7 +501,7 @@ def down(state_dir: Path | None = None, *, name: str = DEFAULT_NAME,
     if left:
         raise SpecdError(f"could not stop {', '.join(left)} (see {state_dir / 'logs'})")
     busy = [port for port in asdict(state.ports).values() if not _wait_port_free(port)]
-    for sub in ("etcd", "pki", "helm", "service-accounts"):
+    for sub in ("etcd", "pki", "helm", "service-accounts", "addons", "runner"):
         shutil.rmtree(state_dir / sub, ignore_errors=True)
     for leftover in ("kubeconfig", "kwok-stages.yaml", "state.json"):
         (state_dir / leftover).unlink(missing_ok=True)

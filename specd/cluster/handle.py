@@ -62,6 +62,36 @@ class LocalCluster:
             yaml.safe_dump(config, handle, sort_keys=False)
         return path
 
+    # ---- the pod runner, the Service proxy and Prometheus --------------------------------
+
+    def runner_state(self) -> Any:
+        """What the pod runner publishes (``specd.cluster.runner.state.RunnerState``) or None."""
+        from specd.cluster.runner import state
+
+        return state.read(self.state_dir)
+
+    def service_url(self, namespace: str, name: str, port: str | None = None,
+                    timeout: float = 30.0) -> str:
+        """The loopback URL balancing over the Service's Ready endpoints (HAProxy)."""
+        def url() -> str | None:
+            published = self.runner_state()
+            return published.url(namespace, name, port) if published else None
+
+        return wait_for(url, f"a URL for service {namespace}/{name}", timeout=timeout)
+
+    @property
+    def prometheus_url(self) -> str:
+        """The cluster's Prometheus, scraping every pod the runner runs (kubernetes_sd labels)."""
+        import json
+
+        ports = json.loads((self.state_dir / "state.json").read_text())["ports"]
+        return f"http://127.0.0.1:{ports['prometheus']}"
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        from specd.cluster.runner import state
+
+        return state.pod_log(self.state_dir, namespace, pod).read_text(errors="replace")
+
     def _tool(self, tool: str, args: tuple[str, ...], input: str | None, check: bool,
               timeout: float) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([str(self.bin_dir / tool), *args], input=input, text=True,

@@ -63,6 +63,16 @@ def config_yaml(jobs: Mapping[str, Sequence[str]], scrape_interval: str,
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def server_argv(binary: str, config: Path, data: Path, port: int) -> list[str]:
+    """Prometheus on 127.0.0.1:``port`` with lifecycle reloads and a one-day local TSDB."""
+    return [
+        binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
+        f"--web.listen-address={LOOPBACK}:{port}",
+        "--web.enable-lifecycle", "--storage.tsdb.retention.time=1d",
+        "--log.level=warn",
+    ]
+
+
 class Prometheus:
     def __init__(self, targets: Targets = (), *, scrape_interval: str = "1s",
                  metrics_path: str = "/metrics", binary: str = DEFAULT_BINARY,
@@ -100,13 +110,7 @@ class Prometheus:
         self.workdir = Path(tempfile.mkdtemp(prefix="specd-prometheus-"))
         self.port = self.port or processes.free_ports(1)[0]
         config = self._write_config()
-        argv = [
-            self.binary, f"--config.file={config}",
-            f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address={LOOPBACK}:{self.port}",
-            "--web.enable-lifecycle", "--storage.tsdb.retention.time=1d",
-            "--log.level=warn",
-        ]
+        argv = server_argv(self.binary, config, self.workdir / "data", self.port)
         assert self.log is not None
         _, self._process = processes.start("prometheus", argv, self.log, cwd=self.workdir)
         deadline = time.monotonic() + timeout

@@ -245,16 +245,34 @@ def test_cli_status_kubeconfig_and_idempotent_up(cluster, capsys):
 
 @pytest.mark.slow
 def test_own_cluster_starts_and_stops_cleanly(tmp_path):
-    """A second cluster beside the session one: up, then down leaves no process and no port."""
+    """A second cluster beside the session one: up, a real specd pod behind a Service, then
+    down leaves no process (the runner's pod included) and no port (the Service URL's too)."""
     handle = control_plane.up(tmp_path, name="lifecycle", timeout=180)
     state = control_plane.read_state(tmp_path)
     assert state is not None and len(state.processes) == len(control_plane.COMPONENTS)
-    assert client.CoreV1Api(handle.api_client()).list_node().items
+    core = client.CoreV1Api(handle.api_client())
+    assert core.list_node().items
+    core.create_namespaced_pod("default", {
+        "metadata": {"name": "worker", "labels": {"app": "w"}},
+        "spec": {"automountServiceAccountToken": False, "containers": [{
+            "name": "w", "image": "specd-worker:dev", "command": ["specd", "serve"],
+            "args": ["--model", "smollm2-135m", "--drafter", "none", "--max-slots", "1",
+                     "--max-context", "256", "--cost-profile", "none", "--port", "8000"],
+            "ports": [{"name": "http", "containerPort": 8000}]}]}})
+    core.create_namespaced_service("default", {
+        "metadata": {"name": "w"},
+        "spec": {"selector": {"app": "w"}, "ports": [{"name": "http", "port": 80,
+                                                       "targetPort": "http"}]}})
+    url = handle.service_url("default", "w")
+    pod = wait_for(lambda: (handle.runner_state().pod("default", "worker") or {}).get("pid")
+                   and handle.runner_state().pod("default", "worker"), "the worker's process")
     assert control_plane.down(tmp_path) is True
     for process in state.processes:
         assert not processes.is_alive(process.pid, process.start_ticks), process.name
-    for port in vars(state.ports).values():
-        assert processes.port_is_free(port)
+    assert not processes.is_alive(pod["pid"], pod["start_ticks"])
+    busy = [port for port in [*vars(state.ports).values(), int(url.rsplit(":", 1)[1]),
+                              *pod["ports"].values()] if not processes.port_is_free(port)]
+    assert busy == []
     assert not (tmp_path / "kubeconfig").exists() and not (tmp_path / "etcd").exists()
     assert control_plane.status(tmp_path) == {}
     assert control_plane.down(tmp_path) is False  # nothing left to stop

@@ -93,7 +93,8 @@ INVALID = [
     ("K zero", edit(("spec.drafter.k", 0)), "spec.drafter.k"),
     ("K above 16", edit(("spec.drafter.k", 17)), "spec.drafter.k"),
     ("K wrong type", edit(("spec.drafter.k", "five")), "spec.drafter.k"),
-    ("artifact missing for semi-ar", edit(("spec.drafter.artifact", DELETE)),
+    ("artifact missing for semi-ar on a non-embedded model",
+     edit(("spec.drafter.artifact", DELETE), ("spec.model.reference", "/models/llama")),
      "spec.drafter.artifact"),
     ("artifact given for ngram",
      edit(("spec.drafter.method", "ngram"), ("spec.verification.mode", "fixed")),
@@ -232,6 +233,16 @@ def test_invalid_object_rejected_naming_the_field(api, cluster_namespace, case, 
     assert info.value.status in (400, 422), info.value.body
     message = json.loads(info.value.body)["message"]
     assert field in message, f"{case}: {message}"
+
+
+def test_embedded_model_needs_no_drafter_artifact(api, cluster_namespace) -> None:
+    """The smallest sample a newcomer writes: semi-ar on the embedded model, no artifact
+    (its trained drafters ship with specd)."""
+    obj = edit(("spec.drafter.artifact", DELETE), ("metadata.name", "embedded-drafter"))(
+        copy.deepcopy(BASE))
+    created = api.create_namespaced_custom_object(k8s.GROUP, k8s.VERSION, cluster_namespace,
+                                                  k8s.PLURAL, obj)
+    assert "artifact" not in created["spec"]["drafter"]
 
 
 def test_samples_apply_cleanly(cluster, api, cluster_namespace) -> None:

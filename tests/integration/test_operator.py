@@ -114,6 +114,9 @@ def sample(name: str, gpus: int = 1, **spec) -> dict:
     obj["metadata"]["name"] = name
     obj["spec"]["worker"]["resources"] = {"limits": {"nvidia.com/gpu": gpus}} if gpus else \
         {"limits": {"cpu": "100m", "memory": "128Mi"}}
+    # These tests check the reconcile logic: kwok simulates the workers (the pod runner's
+    # tests run real ones, tests/integration/test_pod_runner.py).
+    obj["spec"]["worker"]["env"] = [{"name": "LOCAL_POD_RUNNER", "value": "simulate"}]
     obj["spec"].update(spec)
     return obj
 

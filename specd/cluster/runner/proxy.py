@@ -1,0 +1,145 @@
+"""Services reachable from this machine: HAProxy (Debian's) in front of the runner's pods.
+
+Each Service port gets a stable loopback port (a frontend); its backend lists the Ready
+endpoints of the Service's EndpointSlices, each endpoint mapped through its targetRef pod to
+the loopback port the runner gave that pod's container port. Endpoints that are not Ready,
+or pods kwok only simulates, get no server, so they get no traffic. When the set changes the
+runner rewrites the configuration, checks it (``haproxy -c``) and sends SIGUSR2 to the
+master process (master-worker mode): new connections use the new servers, in-flight
+requests finish on the old worker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specd import SpecdError
+
+BINARY = "/usr/sbin/haproxy"
+# Long generations stream for minutes: generous client/server timeouts.
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Frontend:
+    namespace: str
+    service: str
+    port_name: str
+    service_port: int
+    local_port: int
+    servers: tuple[tuple[str, int], ...]  # (pod name, loopback port)
+
+    @property
+    def ident(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]", "_",
+                      f"{self.namespace}.{self.service}.{self.port_name or self.service_port}")
+
+
+def service_ports(service: Mapping[str, Any]) -> list[tuple[str, int]]:
+    return [(p.get("name", ""), int(p["port"])) for p in service["spec"].get("ports", [])]
+
+
+def ready_servers(slices: Iterable[Mapping[str, Any]], port_name: str,
+                  local_port: Callable[[str, int], int | None]) -> tuple[tuple[str, int], ...]:
+    """(pod, loopback port) for every Ready endpoint of the slices serving ``port_name``;
+    ``local_port(pod, container_port)`` is None for pods the runner does not run."""
+    servers = set()
+    for endpoint_slice in slices:
+        ports = [p for p in endpoint_slice.get("ports") or [] if p.get("name", "") == port_name]
+        for endpoint in endpoint_slice.get("endpoints") or []:
+            ref = endpoint.get("targetRef") or {}
+            if ref.get("kind") != "Pod" or not (endpoint.get("conditions") or {}).get("ready"):
+                continue
+            for port in ports:
+                local = local_port(ref["name"], int(port["port"]))
+                if local is not None:
+                    servers.add((str(ref["name"]), local))
+    return tuple(sorted(servers))
+
+
+def frontends(services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]],
+              allocated: Mapping[str, int], allocate: Callable[[], int],
+              local_port: Callable[[str, str, int], int | None]) -> list[Frontend]:
+    """One frontend per port of every Service with a selector. ``allocated`` maps
+    ``ns/name/port`` to a loopback port kept from earlier syncs; ``allocate()`` gives new ones."""
+    by_service: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for endpoint_slice in slices:
+        meta = endpoint_slice["metadata"]
+        owner = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+        if owner:
+            by_service.setdefault((meta["namespace"], owner), []).append(endpoint_slice)
+    out = []
+    for service in services:
+        if not service["spec"].get("selector"):
+            continue
+        ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
+        for port_name, port in service_ports(service):
+            key = url_key(ns, name, port_name or str(port))
+            local = allocated.get(key) or allocate()
+            servers = ready_servers(by_service.get((ns, name), []), port_name,
+                                    lambda pod, cport, ns=ns: local_port(ns, pod, cport))
+            out.append(Frontend(ns, name, port_name, port, local, servers))
+    return out
+
+
+def url_key(namespace: str, service: str, port: str) -> str:
+    return f"{namespace}/{service}/{port}"
+
+
+def config_text(fronts: Iterable[Frontend], health_port: int) -> str:
+    lines = [
+        "# written by the specd pod runner; rewritten whenever endpoints change",
+        "global",
+        "    log stderr format short local0 notice",
+        "    maxconn 4096",
+        "defaults",
+        "    mode http",
+        "    log global",
+        "    option dontlognull",
+        "    timeout connect 5s",
+        f"    timeout client {TIMEOUT_S}s",
+        f"    timeout server {TIMEOUT_S}s",
+        "    timeout http-request 30s",
+        "frontend specd_proxy_health",
+        f"    bind 127.0.0.1:{health_port}",
+        "    http-request return status 200 content-type text/plain string ok",
+    ]
+    for front in sorted(fronts, key=lambda f: f.ident):
+        lines += [
+            f"frontend {front.ident}",
+            f"    bind 127.0.0.1:{front.local_port}",
+            f"    default_backend {front.ident}",
+            f"backend {front.ident}",
+            "    balance roundrobin",
+        ]
+        lines += [f"    server {pod} 127.0.0.1:{port}" for pod, port in front.servers]
+    return "\n".join(lines) + "\n"
+
+
+def argv(config: Path, pidfile: Path, binary: str = BINARY) -> list[str]:
+    """Master-worker mode in the foreground; SIGUSR2 to the master reloads the config."""
+    return [binary, "-W", "-db", "-f", str(config), "-p", str(pidfile)]
+
+
+def check(config: Path, binary: str = BINARY) -> None:
+    result = subprocess.run([binary, "-c", "-q", "-f", str(config)], capture_output=True,
+                            text=True, timeout=30)
+    if result.returncode != 0:
+        raise SpecdError(f"haproxy refused {config}: {result.stdout}{result.stderr}".strip())
+
+
+def reload(config: Path, text: str, pidfile: Path, binary: str = BINARY) -> None:
+    """Write ``text`` to ``config`` (checked first) and signal the master to reload."""
+    candidate = config.with_suffix(".next")
+    candidate.write_text(text)
+    check(candidate, binary)
+    os.replace(candidate, config)
+    master = int(pidfile.read_text().split()[0])
+    os.kill(master, signal.SIGUSR2)
