@@ -130,6 +130,7 @@ class RolloutSpec(_Spec):
     abort: bool = False
     promote: PromoteRequest | None = None
     retry: str | None = None
+    resume: str | None = None
 
 
 class IntRange(_Spec):
@@ -217,11 +218,23 @@ class Condition(_Spec):
 
 
 class RolloutStatus(_Spec):
+    """``status.rollout``: the canary state machine's bookkeeping (operator/rollout/state.py)."""
+
+    phase: Literal["Healthy", "Progressing", "Paused", "Promoting", "RolledBack"] | None = None
+    stable_version: str | None = None
+    canary_version: str | None = None
+    step: int = 0
+    scaled_at: str | None = None
+    step_started_at: str | None = None
+    analysed_at: str | None = None
+    pause_reason: str | None = None
+    successful_checks: int = 0
     failed_checks: int = 0
     inconclusive_checks: int = 0
-    step_started_at: str | None = None
+    error_checks: int = 0
     last_promote_id: str | None = None
     last_retry: str | None = None
+    last_resume: str | None = None
     aborted: bool = False
     message: str | None = None
 

@@ -4,9 +4,12 @@ Registered from tests/conftest.py (``pytest_plugins = ["specd.cluster.pytest_plu
 
 ``cluster`` (session): a running :class:`~specd.cluster.handle.LocalCluster` — etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1, with two fake
-nodes advertising cpu 32, memory 256Gi and ``nvidia.com/gpu: 8`` (pods on them become
-Running/Ready; deleted pods go away). Started once per session in a temporary state directory
-(building the binaries first if the cache is empty), stopped at the end::
+nodes advertising cpu 32, memory 256Gi and ``nvidia.com/gpu: 8`` (kwok makes pods on them
+Running/Ready; deleted pods go away), plus the pod runner (specd's own pods -- a container
+command ``specd serve|operator|dashboard`` -- run as real processes, Ready from their own
+readiness probe), HAProxy (a loopback URL per Service) and Prometheus scraping the runner's
+pods. Started once per session in a temporary state directory (building the binaries first if
+the cache is empty), stopped at the end::
 
     def test_x(cluster):
         cluster.kubeconfig                  # Path of an admin kubeconfig
@@ -15,6 +18,10 @@ Running/Ready; deleted pods go away). Started once per session in a temporary st
         cluster.kubectl("apply", "-f", "-", input=manifest)   # CompletedProcess, check=True
         cluster.helm("install", "rel", chart_dir, "-n", ns)
         cluster.service_account_kubeconfig(ns, "my-operator")   # act with only its RBAC
+        cluster.service_url(ns, "svc")      # http://127.0.0.1:PORT over the Ready pods
+        cluster.prometheus_url              # the cluster's Prometheus (kubernetes_sd labels)
+        cluster.runner_state().pod(ns, "p") # the runner's record: pid, ports, ready
+        cluster.pod_log(ns, "p")            # a runner pod's log
 
 RBAC is enforced (``--authorization-mode=RBAC``); the admin kubeconfig is ``system:masters``.
 

@@ -43,6 +43,11 @@ IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OF
 # Libraries read the in-cluster identity from this fixed path, so it cannot be rewritten in
 # argv: it is bind-mounted in a private mount namespace where that is allowed (root).
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Where the worker image puts the project (worker/Dockerfile: WORKDIR /opt/specd, the
+# repository's folders copied in, drafter artifacts under worker/artifacts): here, the
+# source tree this runner runs from.
+IMAGE_SOURCE_DIR = "/opt/specd"
+SOURCE_TREE = Path(__file__).resolve().parents[3]
 VOLUME_SYNC_S = 1.0
 LOOP_S = 0.2
 
@@ -194,9 +199,10 @@ class PodWorker(threading.Thread):
                                 {k: {kk: vv.decode(errors="replace") for kk, vv in
                                      volumes.secret_bytes(v).items()}
                                  for k, v in secrets.items()})
-        env = rules.localise_env(env, self.mounts, self.ports)
+        paths = {IMAGE_SOURCE_DIR: str(SOURCE_TREE), **self.mounts}
+        env = rules.localise_env(env, paths, self.ports)
         argv = [rules.expand(a, env) for a in rules.local_argv(self.container)]
-        argv = rules.localise_argv(argv, self.mounts, self.ports)
+        argv = rules.localise_argv(argv, paths, self.ports)
         if not argv:
             raise rules.PodSpecError("the container has no command")
         argv[0] = self._executable(argv[0])
