@@ -235,6 +235,7 @@ class RolloutStatus(_Spec):
     last_promote_id: str | None = None
     last_retry: str | None = None
     last_resume: str | None = None
+    set_weight: int = 0
     aborted: bool = False
     message: str | None = None
 

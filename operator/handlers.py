@@ -11,6 +11,7 @@ loop.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -31,6 +32,10 @@ from specd.api.spec import ServiceSpec, parse_spec
 from specd.operator import metrics
 from specd.operator.kube import Kube, TransientError, classify
 from specd.operator.manifests import desired_children, revision
+from specd.operator.rollout import children
+from specd.operator.rollout.canary import Config as CanaryConfig
+from specd.operator.rollout.canary import Measurement, Plan, advance
+from specd.operator.rollout.state import from_status
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,7 @@ KOPF_PREFIX = f"operator.{k8s.GROUP}"
 class OperatorConfig:
     kubeconfig: str | None = None
     resync_seconds: float = 300.0
+    rollout_tick_seconds: float = 2.0
     max_workers: int = 8
 
 
@@ -75,18 +81,25 @@ class Reconciler:
         self.kube = kube
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+        self._object_locks: dict[tuple[str, str], threading.Lock] = {}
         self.reconciles = 0
         self.last_ok: float | None = None
 
     # -- status ---------------------------------------------------------------------------
 
     def _write_status(self, namespace: str, name: str,
-                      compute: Callable[[dict[str, Any]], dict[str, Any]]) -> dict | None:
-        """Recompute and merge-patch the status, guarded by resourceVersion (retry on 409)."""
+                      compute: Callable[[dict[str, Any]], dict[str, Any]],
+                      guard: str | None = None) -> dict | None:
+        """Recompute and merge-patch the status, guarded by resourceVersion (retry on 409).
+        With ``guard`` (what a rollout tick was planned from, :func:`_tick_guard`) the write
+        happens only while the object still says the same; otherwise the tick is dropped and
+        planned again from the fresh object."""
         for _ in range(5):
             owner = self.kube.get_service(namespace, name)
             if owner is None or owner["metadata"].get("deletionTimestamp"):
                 return None
+            if guard is not None and _tick_guard(owner) != guard:
+                raise TransientError(f"{namespace}/{name} changed while its rollout ticked")
             new = compute(owner)
             if status_changed(owner.get("status"), new):
                 try:
@@ -94,7 +107,7 @@ class Reconciler:
                                            owner["metadata"]["resourceVersion"])
                 except ApiException as exc:
                     if exc.status == 409:
-                        continue
+                        continue  # re-read; a guarded tick re-checks its guard
                     raise
                 metrics.STATUS_WRITES.inc()
             self._record_phase(namespace, name, new.get("phase"))
@@ -124,6 +137,14 @@ class Reconciler:
 
         ``logger``: kopf's per-object logger, which turns warnings into Kubernetes Events."""
         meta = owner["metadata"]
+        with self._lock:
+            lock = self._object_locks.setdefault((meta["namespace"], meta["name"]),
+                                                 threading.Lock())
+        with lock:  # the update handler and the rollout timer of one object take turns
+            return self._reconcile(owner, trigger, logger)
+
+    def _reconcile(self, owner: dict[str, Any], trigger: str, logger: Any) -> dict | None:
+        meta = owner["metadata"]
         namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation", 1)
         started = time.monotonic()
         spec: ServiceSpec | None = None
@@ -138,28 +159,42 @@ class Reconciler:
             error = ConfigError("InvalidSpec", message)
             spec = rev = policy = None
         try:
-            if error is None and spec is not None:
-                for child in desired_children(owner, spec):
-                    try:
-                        self.kube.apply(child)
-                    except Exception as exc:  # noqa: BLE001 - classified, unknown re-raised
-                        problem = classify(exc)
-                        if isinstance(problem, TransientError):
-                            raise problem from exc
-                        error = ConfigError(problem.reason,
-                                            f"{child['kind']} {child['metadata']['name']}: "
-                                            f"{problem.message}")
-                        break
+            plan: Plan | None = None
+            steps: list[children.Action] = []
+            if error is None and spec is not None and rev is not None:
+                if spec.rollout.strategy == "Canary":
+                    fresh = self.kube.get_service(namespace, name)
+                    if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                        return None
+                    owner, generation = fresh, fresh["metadata"].get("generation", generation)
+                    plan, steps = self._canary(owner, spec, rev)
+                else:
+                    error = self._execute(namespace, [
+                        children.Apply(c) for c in desired_children(owner, spec)])
 
             def compute(current: dict[str, Any]) -> dict[str, Any]:
                 deployments = self.kube.list_deployments(namespace, name)
-                return compute_status(
+                status = compute_status(
                     name=name, generation=generation, spec=spec, revision=rev, policy=policy,
                     stable=_stable(deployments), error=error, previous=current.get("status"),
                     now=now(), reconciled=True)
+                if plan is not None:
+                    status.update(children.rollout_status(plan, children.seen(deployments)))
+                    status = children.degrade_if_rolled_back(status, plan.state, now())
+                return status
 
             try:
-                status = self._write_status(namespace, name, compute)
+                if plan is not None:
+                    # A tick of the state machine: its decision is written first, then acted
+                    # on, so children never run ahead of what .status records (a tick that
+                    # loses the write acts on nothing; the next one plans again).
+                    status = self._write_status(namespace, name, compute, guard=_tick_guard(owner))
+                    self._post(owner, plan, logger)
+                    error = self._execute(namespace, steps)
+                    if error is not None:
+                        status = self._write_status(namespace, name, compute)
+                else:
+                    status = self._write_status(namespace, name, compute)
             except TransientError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified, unknown re-raised
@@ -186,6 +221,55 @@ class Reconciler:
             self.last_ok = time.time()
         return status
 
+    def _canary(self, owner: dict[str, Any], spec: ServiceSpec,
+                rev: str) -> tuple[Plan, list[children.Action]]:
+        """One tick of the canary state machine, from the object as it is now."""
+        namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        deployments = self.kube.list_deployments(namespace, name)
+        status = owner.get("status") or {}
+        state = children.initial_state(status, from_status(status.get("rollout")))
+        config = CanaryConfig.from_spec(spec.rollout)
+        plan = advance(config, spec.replicas, rev, state, children.seen(deployments),
+                       time.time(), self.measure(owner, spec) if config.analysis else None)
+        return plan, children.actions(owner, spec, rev, plan, deployments)
+
+    def measure(self, owner: dict[str, Any], spec: ServiceSpec) -> Callable[[], Measurement]:
+        """The step's analysis. No analysis provider is configured in this operator yet, so
+        a configured analysis measures Error (never read as good or bad: the error limit
+        turns it into Inconclusive, and the inconclusive policy applies)."""
+        def run() -> Measurement:
+            return Measurement("Error", "no analysis provider: this operator has no "
+                                        "Prometheus configured")
+        return run
+
+    def _execute(self, namespace: str, steps: list[children.Action]) -> ConfigError | None:
+        """Apply and scale children in order; a configuration error stops there."""
+        for step in steps:
+            try:
+                if isinstance(step, children.Apply):
+                    self.kube.apply(step.manifest)
+                else:
+                    self.kube.scale_deployment(namespace, step.deployment, step.replicas)
+            except Exception as exc:  # noqa: BLE001 - classified, unknown re-raised
+                problem = classify(exc)
+                if isinstance(problem, TransientError):
+                    raise problem from exc
+                what = (f"{step.manifest['kind']} {step.manifest['metadata']['name']}"
+                        if isinstance(step, children.Apply) else f"Deployment {step.deployment}")
+                return ConfigError(problem.reason, f"{what}: {problem.message}")
+        return None
+
+    def _post(self, owner: dict[str, Any], plan: Plan, logger: Any) -> None:
+        """The tick's events, once its status is written (a conflicted tick posts none)."""
+        for event in plan.events:
+            logger.info("rollout %s: %s", event.reason, event.message)
+            metrics.ROLLOUT_EVENTS.labels(reason=event.reason).inc()
+            try:
+                kopf.event(owner, type=event.type, reason=event.reason,
+                           message=event.message[:1000])
+            except LookupError:
+                pass  # outside kopf: the log line stands
+
     def refresh(self, namespace: str, name: str) -> dict | None:
         """Recompute the status from the Deployments without applying anything."""
 
@@ -201,12 +285,23 @@ class Reconciler:
             except (ValidationError, ValueError) as exc:
                 error = error or ConfigError("InvalidSpec", str(exc)[:500])
             deployments = self.kube.list_deployments(namespace, name)
-            return compute_status(
+            new = compute_status(
                 name=name, generation=status.get("observedGeneration", generation), spec=spec,
                 revision=rev, policy=None, stable=_stable(deployments), error=error,
                 previous=status, now=now(), reconciled=False)
+            if spec is not None and spec.rollout.strategy == "Canary":
+                new = children.degrade_if_rolled_back(
+                    new, from_status(status.get("rollout")), now())
+            return new
 
         return self._write_status(namespace, name, compute)
+
+
+def _tick_guard(owner: dict[str, Any]) -> str:
+    """What a rollout tick was planned from: the spec's generation and the rollout state
+    (not the resourceVersion, which kopf's own annotation writes move on every handler)."""
+    return json.dumps([owner["metadata"].get("generation"),
+                       (owner.get("status") or {}).get("rollout")], sort_keys=True)
 
 
 def _owner_from(body: Any) -> dict[str, Any]:
@@ -284,6 +379,18 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
     def resync(body: kopf.Body, retry: int, logger: Any, **_: Any) -> None:
         try:
             reconciler().reconcile(_owner_from(body), trigger="resync", logger=logger)
+        except TransientError as exc:
+            raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
+
+    def canary(spec: kopf.Spec, **_: Any) -> bool:
+        return (spec.get("rollout") or {}).get("strategy") == "Canary"
+
+    @kopf.timer(*resource, id="rollout", interval=cfg.rollout_tick_seconds,
+                initial_delay=cfg.rollout_tick_seconds, when=canary, registry=registry)
+    def rollout_tick(body: kopf.Body, retry: int, logger: Any, **_: Any) -> None:
+        """A canary moves on time (pauses, analysis intervals, deadlines), not only on events."""
+        try:
+            reconciler().reconcile(_owner_from(body), trigger="rollout", logger=logger)
         except TransientError as exc:
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
 

@@ -75,6 +75,13 @@ class Kube:
                           _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         return _json(response)
 
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        """Replicas only, a merge patch (the stable track mid-rollout keeps its template as
+        it is; the next server-side apply of the whole Deployment takes the field back)."""
+        self.apps.patch_namespaced_deployment(
+            name, namespace, {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER,
+            _content_type=MERGE, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+
     def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             response = self.custom.get_namespaced_custom_object(

@@ -18,6 +18,9 @@ API_ERRORS = Counter(
 STATUS_WRITES = Counter(
     "specd_operator_status_writes", "Status patches written (no-op writes are skipped)",
     registry=REGISTRY)
+ROLLOUT_EVENTS = Counter(
+    "specd_operator_rollout_events", "Rollout transitions by reason (RolloutStarted, "
+    "StepCompleted, RolledBack, RolloutCompleted, ...)", ["reason"], registry=REGISTRY)
 SERVICES = Gauge(
     "specd_operator_services", "SpeculativeServices by phase, as last written by this operator",
     ["phase"], registry=REGISTRY)

@@ -35,8 +35,19 @@ OPERATOR_ACCOUNT = "specd-operator"
 
 def install_crd(cluster: Any) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    f"crd/{k8s.PLURAL}.{k8s.GROUP}")
+    # `kubectl wait` right after the first apply on a fresh API server can miss the object:
+    # poll the condition instead.
+    crd = f"crd/{k8s.PLURAL}.{k8s.GROUP}"
+    deadline = time.monotonic() + 60
+    while True:
+        out = cluster.kubectl("get", crd, "-o",
+                              "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                              check=False)
+        if out.returncode == 0 and out.stdout.strip() == "True":
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{crd} not Established: {out.stdout}{out.stderr}")
+        time.sleep(0.3)
     # Established can precede discovery by a moment; wait until the kind is listable.
     deadline = time.monotonic() + 30
     while cluster.kubectl("get", k8s.SHORT_NAME, "-A", check=False).returncode != 0:

@@ -57,7 +57,7 @@ def test_fake_node_advertises_gpus_and_is_managed_by_kwok():
 
 def test_every_component_listens_on_loopback_only(tmp_path: Path):
     keys = pki.generate(tmp_path)
-    ports = control_plane.Ports(1, 2, 3, 4, 5, 6)
+    ports = control_plane.Ports(1, 2, 3, 4, 5, 6, 7, 8, 9)
     kubeconfig = tmp_path / "kubeconfig"
     argv = [
         *control_plane.etcd_args(tmp_path, ports),
@@ -71,6 +71,14 @@ def test_every_component_listens_on_loopback_only(tmp_path: Path):
                  if "listen" in flag or flag in ("--bind-address", "--server-address")]
     assert len(addresses) == 6 and all("127.0.0.1" in a for a in addresses)
     assert not any(a.startswith("--advertise-address") for a in argv)
+    # the add-ons: HAProxy binds loopback only, Prometheus listens on loopback
+    plan = dict(control_plane.addon_plan(tmp_path, ports))
+    assert set(plan) == set(control_plane.ADDONS)
+    assert "--web.listen-address=127.0.0.1:8" in plan["prometheus"]
+    haproxy = (tmp_path / "addons" / "haproxy.cfg").read_text()
+    binds = [line.split()[1] for line in haproxy.splitlines() if line.strip().startswith("bind")]
+    assert binds == ["127.0.0.1:7"]
+    assert "--health-port=9" in plan["pod-runner"]
 
 
 def test_kubeconfig_embeds_credentials_for_loopback_server(tmp_path: Path):

@@ -1,0 +1,91 @@
+"""From a canary plan to children and status (pure): the stable track is only scaled while a
+rollout runs (its template is the old revision's), the canary is applied from the spec, and
+nothing is ever deleted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from specd.api import k8s
+from specd.api.spec import parse_spec
+from specd.operator import manifests
+from specd.operator.rollout import children
+from specd.operator.rollout.canary import Plan, Seen, Track
+from specd.operator.rollout.state import RolloutState
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = yaml.safe_load((ROOT / "examples" / "speculativeservice-scheme-b.yaml").read_text())
+OWNER = {**SAMPLE, "metadata": {"name": "svc", "namespace": "ns", "uid": "u-1"}}
+SPEC = parse_spec(SAMPLE["spec"])
+REV = manifests.revision(SPEC)
+
+
+def deployment(track: str, revision: str, replicas: int, ready: int) -> dict:
+    built = manifests.build_deployment(OWNER, SPEC, track, replicas, revision)
+    built["metadata"]["generation"] = 1
+    built["status"] = {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready,
+                       "updatedReplicas": replicas, "availableReplicas": ready}
+    return built
+
+
+def test_mid_rollout_the_stable_track_is_scaled_and_the_canary_applied() -> None:
+    state = RolloutState(stable="old", canary=REV, step=0, phase="Progressing")
+    plan = Plan(Track("old", 3), Track(REV, 1), state, weight=25)
+    steps = children.actions(OWNER, SPEC, REV, plan, [deployment("stable", "old", 4, 4)])
+    kinds = [(type(s).__name__, getattr(s, "deployment", None) or s.manifest["kind"])
+             for s in steps]
+    assert kinds == [("Apply", "ConfigMap"), ("Scale", "svc-stable"), ("Apply", "ConfigMap"),
+                     ("Apply", "Deployment"), ("Apply", "Service")]
+    assert steps[1].replicas == 3
+    canary = steps[3].manifest
+    assert canary["metadata"]["name"] == "svc-canary" and canary["spec"]["replicas"] == 1
+    labels = canary["spec"]["template"]["metadata"]["labels"]
+    assert labels[k8s.LABEL_TRACK] == "canary" and labels[k8s.LABEL_REVISION] == REV
+    volumes = canary["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["configMap"]["name"] == "svc-canary-policy"
+
+
+def test_settled_the_stable_track_is_applied_and_a_left_canary_scaled_to_zero() -> None:
+    plan = Plan(Track(REV, 4), None, RolloutState(stable=REV, phase="Healthy"))
+    existing = [deployment("stable", REV, 4, 4), deployment("canary", REV, 3, 3)]
+    steps = children.actions(OWNER, SPEC, REV, plan, existing)
+    assert isinstance(steps[1], children.Apply) and steps[1].manifest["spec"]["replicas"] == 4
+    assert [s for s in steps if isinstance(s, children.Scale)] == [
+        children.Scale("svc-canary", 0)]
+    existing[1]["spec"]["replicas"] = 0  # already at zero: nothing to do
+    assert not [s for s in children.actions(OWNER, SPEC, REV, plan, existing)
+                if isinstance(s, children.Scale)]
+
+
+def test_seen_counts_ready_replicas_at_each_tracks_revision() -> None:
+    observed = children.seen([deployment("stable", "old", 3, 3), deployment("canary", REV, 1, 0)])
+    assert observed == Seen("old", 3, REV, 0)
+    stale = deployment("canary", REV, 1, 1)
+    stale["metadata"]["generation"] = 2  # the controller has not seen the latest spec yet
+    assert children.seen([stale]).canary_ready == 0
+
+
+def test_rollout_status_and_the_rolled_back_condition() -> None:
+    state = RolloutState(stable="old", canary=REV, step=1, phase="RolledBack", aborted=True,
+                         message="AnalysisFailed: step 2/3 (50%): tokensPerSecond 0.71 < 0.95")
+    plan = Plan(Track("old", 4), Track(REV, 0), state, weight=50)
+    status = children.rollout_status(plan, Seen("old", 4, REV, 0))
+    assert status["canaryRevision"] is None and status["canaryWeight"] == 0
+    assert status["rollout"]["setWeight"] == 50 and status["rollout"]["aborted"] is True
+    base = {"phase": "Progressing", "conditions": [
+        {"type": "Ready", "status": "False"},
+        {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": ""}]}
+    degraded = children.degrade_if_rolled_back(base, state, "2026-12-01T00:00:00Z")
+    assert degraded["phase"] == "Degraded"
+    condition = degraded["conditions"][1]
+    assert condition["reason"] == "RolledBack" and "tokensPerSecond 0.71" in condition["message"]
+    assert children.degrade_if_rolled_back(base, RolloutState(phase="Healthy"), "t") is base
+
+
+def test_switching_to_canary_keeps_the_running_revision_as_stable() -> None:
+    state = children.initial_state({"stableRevision": "running"}, RolloutState())
+    assert state.stable == "running"
+    kept = RolloutState(stable="a", canary="b")
+    assert children.initial_state({"stableRevision": "running"}, kept) is kept
