@@ -17,9 +17,10 @@ from typing import Any
 
 from specd.cluster.runner.rules import entry_point, parse_quantity
 
-# Peak RSS of `python -m specd.cluster.runner.bench`'s worker (the operator's pod template
-# with default engine settings: 16 slots x 2048 tokens, semi-ar), docs/bench/RESULTS.md.
-WORKER_RSS_BYTES = 5 * 2**30
+# The larger peak RSS measured for a `specd serve` worker with the operator's default engine
+# settings (16 slots x 2048 tokens): plain decoding 4.46 GiB, semi-ar 3.04 GiB
+# (docs/bench/RESULTS.md, "Pod runner").
+WORKER_RSS_BYTES = int(4.5 * 2**30)
 LIGHT_RSS_BYTES = 512 * 2**20
 BUDGET_SHARE = 0.8
 GiB = 2**30
