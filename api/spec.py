@@ -100,7 +100,8 @@ class CanaryStep(_Spec):
 class AnalysisMetric(_Spec):
     name: str
     metric: Literal["acceptanceLength", "truncationRatio", "tokensPerSecond", "latencyP95",
-                    "timeToFirstTokenP95", "timePerOutputTokenP95", "errorRate", "custom"]
+                    "timeToFirstTokenP95", "timePerOutputTokenP95", "errorRate",
+                    "kvCacheUsage", "rejectionRate", "custom"]
     query: str | None = None
     comparison: Literal["absolute", "relativeToStable"] = "relativeToStable"
     min: float | None = None
@@ -112,6 +113,7 @@ class AnalysisSpec(_Spec):
     interval: str = "1m"
     failure_limit: int = 0
     inconclusive_limit: int = 1
+    min_samples: int = 20
     metrics: list[AnalysisMetric] = Field(default_factory=list)
 
 
@@ -240,6 +242,21 @@ class RolloutStatus(_Spec):
     message: str | None = None
 
 
+class AnalysisResultStatus(_Spec):
+    """One metric's (and task group's) latest canary analysis result."""
+
+    name: str
+    metric: str
+    task_group: str | None = None
+    verdict: Literal["Successful", "Failed", "Inconclusive", "Error"]
+    canary: float | None = None
+    stable: float | None = None
+    value: float | None = None
+    message: str | None = None
+    query: str | None = None
+    at: str | None = None
+
+
 class ServiceStatus(_Spec):
     """``.status`` of a SpeculativeService (written by the operator; read by the dashboard)."""
 
@@ -258,6 +275,7 @@ class ServiceStatus(_Spec):
     policy: Policy | None = None
     acceptance_length: float | None = None
     rollout: RolloutStatus | None = None
+    analysis: list[AnalysisResultStatus] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
 
     def condition(self, ctype: str) -> Condition | None:

@@ -30,6 +30,9 @@ from specd.api import k8s
 from specd.api.policy import Policy
 from specd.api.spec import ServiceSpec, parse_spec
 from specd.operator import metrics
+from specd.operator.analysis.judge import Result
+from specd.operator.analysis.provider import MetricProvider, PrometheusProvider
+from specd.operator.analysis.run import run as run_analysis
 from specd.operator.kube import Kube, TransientError, classify
 from specd.operator.manifests import desired_children, revision
 from specd.operator.rollout import children
@@ -48,6 +51,7 @@ class OperatorConfig:
     resync_seconds: float = 300.0
     rollout_tick_seconds: float = 2.0
     max_workers: int = 8
+    prometheus_url: str | None = None
 
 
 def now() -> str:
@@ -77,8 +81,9 @@ def _short(exc: ValidationError) -> str:
 class Reconciler:
     """The operator core, independent of kopf's plumbing (kopf handlers call into it)."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, provider: MetricProvider | None = None) -> None:
         self.kube = kube
+        self.provider = provider
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._object_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -161,13 +166,14 @@ class Reconciler:
         try:
             plan: Plan | None = None
             steps: list[children.Action] = []
+            results: list[Result] = []
             if error is None and spec is not None and rev is not None:
                 if spec.rollout.strategy == "Canary":
                     fresh = self.kube.get_service(namespace, name)
                     if fresh is None or fresh["metadata"].get("deletionTimestamp"):
                         return None
                     owner, generation = fresh, fresh["metadata"].get("generation", generation)
-                    plan, steps = self._canary(owner, spec, rev)
+                    plan, steps, results = self._canary(owner, spec, rev)
                 else:
                     error = self._execute(namespace, [
                         children.Apply(c) for c in desired_children(owner, spec)])
@@ -180,6 +186,8 @@ class Reconciler:
                     now=now(), reconciled=True)
                 if plan is not None:
                     status.update(children.rollout_status(plan, children.seen(deployments)))
+                    if results:
+                        status["analysis"] = children.analysis_status(results, now())
                     status = children.degrade_if_rolled_back(status, plan.state, now())
                 return status
 
@@ -222,24 +230,37 @@ class Reconciler:
         return status
 
     def _canary(self, owner: dict[str, Any], spec: ServiceSpec,
-                rev: str) -> tuple[Plan, list[children.Action]]:
+                rev: str) -> tuple[Plan, list[children.Action], list[Result]]:
         """One tick of the canary state machine, from the object as it is now."""
         namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
         deployments = self.kube.list_deployments(namespace, name)
         status = owner.get("status") or {}
         state = children.initial_state(status, from_status(status.get("rollout")))
         config = CanaryConfig.from_spec(spec.rollout)
+        results: list[Result] = []
         plan = advance(config, spec.replicas, rev, state, children.seen(deployments),
-                       time.time(), self.measure(owner, spec) if config.analysis else None)
-        return plan, children.actions(owner, spec, rev, plan, deployments)
+                       time.time(), self.measure(owner, spec, results) if config.analysis
+                       else None)
+        return plan, children.actions(owner, spec, rev, plan, deployments), results
 
-    def measure(self, owner: dict[str, Any], spec: ServiceSpec) -> Callable[[], Measurement]:
-        """The step's analysis. No analysis provider is configured in this operator yet, so
-        a configured analysis measures Error (never read as good or bad: the error limit
-        turns it into Inconclusive, and the inconclusive policy applies)."""
+    def measure(self, owner: dict[str, Any], spec: ServiceSpec,
+                results: list[Result]) -> Callable[[], Measurement]:
+        """The step's analysis against Prometheus, canary against stable; ``results`` gets
+        every metric's result for the status. Without a Prometheus (``--prometheus-url``)
+        a measurement is an Error, never a pass."""
+        namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+
         def run() -> Measurement:
-            return Measurement("Error", "no analysis provider: this operator has no "
-                                        "Prometheus configured")
+            analysis = spec.rollout.analysis
+            assert analysis is not None
+            if self.provider is None:
+                return Measurement("Error", "no Prometheus to analyse with "
+                                            "(specd operator --prometheus-url)")
+            measurement, found = run_analysis(analysis, self.provider, namespace, name)
+            results.extend(found)
+            for result in found:
+                metrics.MEASUREMENTS.labels(verdict=result.verdict).inc()
+            return measurement
         return run
 
     def _execute(self, namespace: str, steps: list[children.Action]) -> ConfigError | None:
@@ -352,7 +373,8 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         api = make_api_client(cfg.kubeconfig, pool=cfg.max_workers + 4)
-        holder["reconciler"] = Reconciler(Kube(api))
+        provider = PrometheusProvider(cfg.prometheus_url) if cfg.prometheus_url else None
+        holder["reconciler"] = Reconciler(Kube(api), provider)
 
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -21,6 +21,10 @@ STATUS_WRITES = Counter(
 ROLLOUT_EVENTS = Counter(
     "specd_operator_rollout_events", "Rollout transitions by reason (RolloutStarted, "
     "StepCompleted, RolledBack, RolloutCompleted, ...)", ["reason"], registry=REGISTRY)
+MEASUREMENTS = Counter(
+    "specd_operator_analysis_measurements", "Canary analysis results by verdict (Successful, "
+    "Failed, Inconclusive, Error), one per metric and task group", ["verdict"],
+    registry=REGISTRY)
 SERVICES = Gauge(
     "specd_operator_services", "SpeculativeServices by phase, as last written by this operator",
     ["phase"], registry=REGISTRY)

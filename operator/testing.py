@@ -6,12 +6,15 @@
   its least-privilege rights, not as admin.
 - ``OperatorProcess``: ``specd operator`` as a subprocess (health/metrics on free loopback
   ports, log to a file), killable and restartable.
+- ``operator_for_namespace(cluster, workdir, prefix)``: all of the above for a fresh
+  namespace: yields ``(namespace, operator)``, stops the operator and deletes the namespace.
 
 ``cluster`` is a ``specd.cluster.handle.LocalCluster`` (see specd.cluster.pytest_plugin).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -19,6 +22,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +86,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def operator_for_namespace(cluster: Any, workdir: Path, prefix: str,
+                           extra: tuple[str, ...] = ()) -> Iterator[tuple[str, OperatorProcess]]:
+    """A fresh namespace watched by a least-privilege ``specd operator``."""
+    from kubernetes import client
+
+    install_crd(cluster)
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = operator_kubeconfig(cluster, workdir / "kubeconfig")
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(cluster.api_client())
+    core.create_namespace({"metadata": {"name": namespace}})
+    operator = OperatorProcess(kubeconfig, workdir / "operator.log", namespaces=(namespace,),
+                               extra=extra)
+    try:
+        yield namespace, operator.start()
+    finally:
+        operator.stop()
+        core.delete_namespace(namespace)
 
 
 class OperatorProcess:

@@ -117,3 +117,11 @@ def degrade_if_rolled_back(status: dict[str, Any], state: RolloutState,
                          condition.get("lastTransitionTime", now)}
         conditions.append(condition)
     return {**status, "phase": "Degraded", "conditions": conditions}
+
+
+def analysis_status(results: Sequence[Any], at: str) -> list[dict[str, Any]]:
+    """``status.analysis``: the latest result of every metric (and task group)."""
+    return [{"name": r.name, "metric": r.metric, "taskGroup": r.task_group,
+             "verdict": r.verdict, "canary": r.canary, "stable": r.stable, "value": r.value,
+             "message": r.message[:512], "query": r.query[:1024], "at": at}
+            for r in results[:32]]

@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-apply every object this often, repairing drift (default 300)")
     parser.add_argument("--workers", type=int, default=8,
                         help="threads running reconciles concurrently (default 8)")
+    parser.add_argument("--prometheus-url", default=os.environ.get("SPECD_PROMETHEUS_URL"),
+                        help="Prometheus that canary analysis queries (e.g. "
+                             "http://prometheus.monitoring:9090; env SPECD_PROMETHEUS_URL); "
+                             "without it a configured analysis measures Error")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,8 +48,11 @@ def run(args: argparse.Namespace) -> int:
     from specd.operator.handlers import OperatorConfig, register
 
     registry = kopf.OperatorRegistry()
+    if args.prometheus_url and not args.prometheus_url.startswith(("http://", "https://")):
+        raise SpecdError(f"--prometheus-url must be an http(s) URL, not {args.prometheus_url!r}")
     register(registry, OperatorConfig(kubeconfig=args.kubeconfig,
-                                      resync_seconds=args.resync, max_workers=args.workers))
+                                      resync_seconds=args.resync, max_workers=args.workers,
+                                      prometheus_url=args.prometheus_url))
     try:
         metrics.serve(args.metrics_port, args.bind)
     except OSError as exc:

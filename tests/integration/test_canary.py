@@ -12,7 +12,6 @@ module and through plain `kubectl patch`."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from kubernetes import client
 from specd.api import k8s
 from specd.cluster.handle import wait_for
 from specd.operator.rollout import controls
-from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
+from specd.operator.testing import operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -32,18 +31,8 @@ TIMEOUT = 90
 
 @pytest.fixture(scope="module")
 def op(cluster, tmp_path_factory):
-    install_crd(cluster)
-    kubeconfig = operator_kubeconfig(cluster, tmp_path_factory.mktemp("op") / "kubeconfig")
-    namespace = f"canary-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(cluster.api_client())
-    core.create_namespace({"metadata": {"name": namespace}})
-    proc = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("log") / "operator.log",
-                           namespaces=(namespace,)).start()
-    try:
-        yield namespace, proc
-    finally:
-        proc.stop()
-        core.delete_namespace(namespace)
+    with operator_for_namespace(cluster, tmp_path_factory.mktemp("op"), "canary") as running:
+        yield running
 
 
 class Svc:

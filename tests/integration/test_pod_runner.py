@@ -27,7 +27,7 @@ from specd.api import k8s
 from specd.cluster.handle import wait_for
 from specd.cluster.processes import is_alive
 from specd.cluster.runner import state as runner_state
-from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
+from specd.operator.testing import operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -125,22 +125,13 @@ def prom_query(cluster, query: str) -> list:
 
 @pytest.fixture(scope="module")
 def env(cluster, tmp_path_factory):
-    install_crd(cluster)
-    kubeconfig = operator_kubeconfig(cluster, tmp_path_factory.mktemp("op") / "kubeconfig")
-    namespace = f"runner-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(cluster.api_client())
-    core.create_namespace({"metadata": {"name": namespace}})
-    operator = OperatorProcess(kubeconfig, tmp_path_factory.mktemp("oplog") / "operator.log",
-                               namespaces=(namespace,)).start()
-    obj = {"apiVersion": k8s.API_VERSION, "kind": k8s.KIND, "metadata": {"name": NAME},
-           "spec": WORKER_SPEC}
-    client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(
-        k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL, obj)
-    try:
+    with operator_for_namespace(cluster, tmp_path_factory.mktemp("op"), "runner") as (
+            namespace, _):
+        obj = {"apiVersion": k8s.API_VERSION, "kind": k8s.KIND, "metadata": {"name": NAME},
+               "spec": WORKER_SPEC}
+        client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(
+            k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL, obj)
         yield Env(cluster, namespace)
-    finally:
-        operator.stop()
-        core.delete_namespace(namespace)
 
 
 def test_two_real_workers_answer_through_the_service_and_appear_in_prometheus(env) -> None:
