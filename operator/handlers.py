@@ -133,6 +133,7 @@ class Reconciler:
 
     def forget(self, namespace: str, name: str) -> None:
         self._record_phase(namespace, name, None)
+        metrics.record_rollout(namespace, name, None, 0, 0)
 
     # -- reconcile ------------------------------------------------------------------------
 
@@ -198,6 +199,8 @@ class Reconciler:
                     # loses the write acts on nothing; the next one plans again).
                     status = self._write_status(namespace, name, compute, guard=_tick_guard(owner))
                     self._post(owner, plan, logger)
+                    metrics.record_rollout(namespace, name, plan.state.phase, plan.state.step,
+                                           plan.weight)
                     error = self._execute(namespace, steps)
                     if error is not None:
                         status = self._write_status(namespace, name, compute)

@@ -25,6 +25,17 @@ MEASUREMENTS = Counter(
     "specd_operator_analysis_measurements", "Canary analysis results by verdict (Successful, "
     "Failed, Inconclusive, Error), one per metric and task group", ["verdict"],
     registry=REGISTRY)
+ROLLOUT_STEP = Gauge(
+    "specd_operator_rollout_step", "Current canary step (0-based; the step count while "
+    "promoting)", ["namespace", "service"], registry=REGISTRY)
+ROLLOUT_SET_WEIGHT = Gauge(
+    "specd_operator_rollout_set_weight", "Weight of the current canary step (percent)",
+    ["namespace", "service"], registry=REGISTRY)
+ROLLOUT_PHASE = Gauge(
+    "specd_operator_rollout_phase", "1 for the rollout's phase (Healthy, Progressing, Paused, "
+    "Promoting, RolledBack), 0 for the others", ["namespace", "service", "phase"],
+    registry=REGISTRY)
+ROLLOUT_PHASES = ("Healthy", "Progressing", "Paused", "Promoting", "RolledBack")
 SERVICES = Gauge(
     "specd_operator_services", "SpeculativeServices by phase, as last written by this operator",
     ["phase"], registry=REGISTRY)
@@ -33,3 +44,24 @@ SERVICES = Gauge(
 def serve(port: int, address: str) -> None:
     """Expose /metrics on ``address:port`` from a daemon thread."""
     start_http_server(port, addr=address, registry=REGISTRY)
+
+
+def record_rollout(namespace: str, service: str, phase: str | None, step: int,
+                   weight: int) -> None:
+    """The rollout gauges of one service; ``phase`` None removes its series."""
+    for name in ROLLOUT_PHASES:
+        if phase is None:
+            try:
+                ROLLOUT_PHASE.remove(namespace, service, name)
+            except KeyError:
+                pass
+        else:
+            ROLLOUT_PHASE.labels(namespace, service, name).set(1 if name == phase else 0)
+    for gauge, value in ((ROLLOUT_STEP, step), (ROLLOUT_SET_WEIGHT, weight)):
+        if phase is None:
+            try:
+                gauge.remove(namespace, service)
+            except KeyError:
+                pass
+        else:
+            gauge.labels(namespace, service).set(value)

@@ -89,3 +89,32 @@ def test_switching_to_canary_keeps_the_running_revision_as_stable() -> None:
     assert state.stable == "running"
     kept = RolloutState(stable="a", canary="b")
     assert children.initial_state({"stableRevision": "running"}, kept) is kept
+
+
+def test_analysis_status_carries_no_nan() -> None:
+    """Prometheus answers NaN for 0/0; JSON (and so a status patch) cannot carry it."""
+    import json
+    import math
+
+    from specd.operator.analysis.judge import Result
+
+    rows = children.analysis_status([Result("tps", "tokensPerSecond", "chat", "Inconclusive",
+                                            "no data", canary=math.nan, stable=2.0)], "t")
+    assert rows[0]["canary"] is None and rows[0]["stable"] == 2.0
+    json.dumps(rows, allow_nan=False)
+
+
+def test_rollout_gauges_follow_the_phase_and_go_with_the_service() -> None:
+    from prometheus_client import generate_latest
+
+    from specd.operator import metrics
+
+    metrics.record_rollout("ns", "gauged", "Paused", 1, 50)
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert 'specd_operator_rollout_phase{namespace="ns",phase="Paused",service="gauged"} 1.0' \
+        in text
+    assert 'specd_operator_rollout_phase{namespace="ns",phase="Healthy",service="gauged"} 0.0' \
+        in text
+    assert 'specd_operator_rollout_set_weight{namespace="ns",service="gauged"} 50.0' in text
+    metrics.record_rollout("ns", "gauged", None, 0, 0)
+    assert 'service="gauged"' not in generate_latest(metrics.REGISTRY).decode()

@@ -12,6 +12,7 @@ as Argo Rollouts keeps scaled-down ReplicaSets.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,9 +120,15 @@ def degrade_if_rolled_back(status: dict[str, Any], state: RolloutState,
     return {**status, "phase": "Degraded", "conditions": conditions}
 
 
+def _number(value: float | None) -> float | None:
+    """JSON has no NaN or infinity (Prometheus answers NaN for 0/0): those read as absent."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def analysis_status(results: Sequence[Any], at: str) -> list[dict[str, Any]]:
     """``status.analysis``: the latest result of every metric (and task group)."""
     return [{"name": r.name, "metric": r.metric, "taskGroup": r.task_group,
-             "verdict": r.verdict, "canary": r.canary, "stable": r.stable, "value": r.value,
+             "verdict": r.verdict, "canary": _number(r.canary), "stable": _number(r.stable),
+             "value": _number(r.value),
              "message": r.message[:512], "query": r.query[:1024], "at": at}
             for r in results[:32]]

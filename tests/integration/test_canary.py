@@ -145,6 +145,9 @@ def test_abort_rolls_back_retry_starts_again_and_editing_back_clears(cluster, op
     replicas = svc.replicas()
     assert replicas["stable"] == (4, old) and replicas["canary"][0] == 0
     assert "RolledBack" in svc.events()
+    _, operator = op
+    assert (f'specd_operator_rollout_phase{{namespace="{namespace}",phase="RolledBack",'
+            f'service="abort"}} 1.0') in operator.metrics()
 
     controls.apply(svc.custom, namespace, "abort", "retry", actor="test", request_id="r1")
     status = svc.wait(lambda s: (s.get("rollout") or {}).get("pauseReason") == "StepPause"

@@ -1,8 +1,10 @@
 """The whole loop on real workers: a canary judged on live Prometheus metrics per task group
 and rolled back automatically.
 
-Stable: Scheme B (semi-ar drafter, scheduled verification). Canary: the same model with
-plain decoding -- a revision a team might ship by mistake, slower per request. Real `specd
+Stable: Scheme B (semi-ar drafter, scheduled verification). Canary: Scheme A at a long fixed
+length (parallel drafter, K = 7, every request verifies 7 drafts each round: the forward
+grows past the cost staircase's steps while few drafts are accepted), slower per request --
+the migration done the wrong way round. Real `specd
 serve` processes (the pod runner), real Prometheus scraping them, bounded real traffic through
 the Service URL with two task groups, the real operator (least-privilege ServiceAccount) with
 `--prometheus-url`. The tokensPerSecond check (relativeToStable, byTaskGroup) fails, the
@@ -119,9 +121,10 @@ def rollback_on_live_metrics(cluster, namespace: str) -> None:
     url = cluster.service_url(namespace, NAME)
     with Traffic(url) as traffic:
         time.sleep(5)
-        custom.patch_namespaced_custom_object(  # the slower revision: plain decoding
+        custom.patch_namespaced_custom_object(  # the slower revision: Scheme A, K = 7 fixed
             k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL, NAME,
-            {"spec": {"drafter": {"method": "none"}, "verification": {"mode": "plain"}}})
+            {"spec": {"drafter": {"method": "parallel", "k": 7},
+                      "verification": {"mode": "fixed", "fixedLength": 7}}})
         started = time.monotonic()
         final = wait_for(lambda: (s := status()) and (s.get("rollout") or {}).get(
             "phase") == "RolledBack" and s, "the automatic rollback",
