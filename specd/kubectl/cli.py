@@ -1,0 +1,162 @@
+"""``kubectl specd VERB``: list, get, status, history and the rollout controls.
+
+    kubectl specd list [-n NS | -A]
+    kubectl specd get NAME [-w]
+    kubectl specd status NAME [-w] [--timeout 5m]     exit 0 healthy, 1 degraded or rolled
+                                                      back, 2 timeout, 3 still progressing
+                                                      (4: the API refused, e.g. 403)
+    kubectl specd promote NAME [--full] | pause NAME | resume NAME | abort NAME | retry NAME
+    kubectl specd history NAME                        the object's rollout events
+
+Credentials and namespace come from the kubeconfig as kubectl reads them (``--kubeconfig``,
+``$KUBECONFIG``, ``--context``, the context's namespace). Every control is one merge patch
+from ``specd.operator.rollout.controls``, recorded with the kubeconfig user as the actor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from specd.api import k8s
+from specd.kubectl import render
+
+CONTROLS = {"promote": "promote", "pause": "pause", "resume": "resume", "abort": "abort",
+            "retry": "retry"}
+DONE = {"promote": "promoted", "promote-full": "promoted to the end", "pause": "paused",
+        "resume": "resumed", "abort": "aborted", "retry": "retrying"}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kubectl specd",
+                                description="SpeculativeServices: rollouts and their controls")
+    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("--context", default=None)
+    p.add_argument("-n", "--namespace", default=None)
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="every SpeculativeService with its rollout")
+    listing.add_argument("-A", "--all-namespaces", action="store_true")
+    for verb, text in (("get", "one service: steps, weights, the latest analysis"),
+                       ("status", "healthy (0), degraded or rolled back (1), timeout (2), "
+                                  "progressing (3)"),
+                       ("history", "the service's rollout events")):
+        sub = verbs.add_parser(verb, help=text)
+        sub.add_argument("name")
+        if verb in ("get", "status"):
+            sub.add_argument("-w", "--watch", action="store_true")
+        if verb == "status":
+            sub.add_argument("--timeout", default="10m",
+                             help="with --watch: give up after this long (default 10m)")
+    for verb, text in (("promote", "go to the next step (--full: to the end)"),
+                       ("pause", "hold the rollout where it is"),
+                       ("resume", "continue a paused rollout"),
+                       ("abort", "send all traffic back to stable"),
+                       ("retry", "start an aborted or rolled-back rollout again")):
+        sub = verbs.add_parser(verb, help=text)
+        sub.add_argument("name")
+        if verb == "promote":
+            sub.add_argument("--full", action="store_true")
+    return p
+
+
+class Client:
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = next((c for c in contexts if c["name"] == context), active) if context \
+            else active
+        self.default_namespace = (chosen.get("context") or {}).get("namespace") or "default"
+        self.user = (chosen.get("context") or {}).get("user") or getpass.getuser()
+        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(k8s.GROUP, k8s.VERSION, namespace,
+                                                        k8s.PLURAL, name)
+
+    def list(self, namespace: str | None) -> list[dict[str, Any]]:
+        if namespace is None:
+            return self.custom.list_cluster_custom_object(k8s.GROUP, k8s.VERSION,
+                                                          k8s.PLURAL)["items"]
+        return self.custom.list_namespaced_custom_object(k8s.GROUP, k8s.VERSION, namespace,
+                                                         k8s.PLURAL)["items"]
+
+    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        events = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},"
+                                      f"involvedObject.kind={k8s.KIND}")
+        return [self.api.sanitize_for_serialization(e) for e in events.items]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kubernetes.client.exceptions import ApiException
+
+    from specd.operator.rollout import controls
+    from specd.operator.rollout.canary import parse_duration
+
+    args = parser().parse_args(argv)
+    try:
+        kube = Client(args.kubeconfig, args.context)
+        namespace = args.namespace or kube.default_namespace
+        if args.verb == "list":
+            scope = None if args.all_namespaces else namespace
+            objects = kube.list(scope)
+            if not objects:
+                print(f"no SpeculativeServices in {'any namespace' if scope is None else scope}")
+                return 0
+            print(render.list_table(objects, datetime.now(UTC), namespaces=scope is None))
+            return 0
+        if args.verb in ("promote", "pause", "resume", "abort", "retry"):
+            action = "promote-full" if args.verb == "promote" and args.full else args.verb
+            controls.apply(kube.custom, namespace, args.name, action,  # type: ignore[arg-type]
+                           actor=f"kubectl-specd/{kube.user}", field_manager="kubectl-specd")
+            print(f"specsvc/{args.name} {DONE[action]}")
+            return 0
+        if args.verb == "history":
+            print(render.history(kube.events(namespace, args.name)))
+            return 0
+        if args.verb == "get":
+            while True:
+                text = render.detail(kube.get(namespace, args.name))
+                if not args.watch:
+                    print(text)
+                    return 0
+                print("\033[2J\033[H" + text, flush=True)
+                time.sleep(2)
+        # status
+        deadline = time.monotonic() + parse_duration(args.timeout)
+        while True:
+            code, line = render.status_line(kube.get(namespace, args.name))
+            if not args.watch or code != render.EXIT_PROGRESSING:
+                print(line)
+                return code
+            if time.monotonic() > deadline:
+                print(f"timed out after {args.timeout}: {line}")
+                return render.EXIT_TIMEOUT
+            time.sleep(1)
+    except ApiException as exc:
+        reason = "permission denied" if exc.status == 403 else (exc.reason or "error")
+        print(f"error: {reason} ({exc.status}): {_message(exc)}", file=sys.stderr)
+        return 4
+    except KeyboardInterrupt:
+        return 130
+
+
+def _message(exc: Any) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body).get("message", ""))
+    except (TypeError, ValueError, AttributeError):
+        return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
