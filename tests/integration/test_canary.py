@@ -180,3 +180,67 @@ def test_pause_and_resume(cluster, op) -> None:
     controls.apply(svc.custom, namespace, "pause", "resume", actor="test")
     svc.wait(lambda s: (s.get("rollout") or {}).get("phase") == "Healthy"
              and s.get("phase") == "Ready", "resumed and promoted")
+
+
+def test_operator_killed_at_every_point_of_a_canary_resumes_it(cluster, op) -> None:
+    """SIGKILL the operator at each stage of a rollout (and around each control) and start it
+    again: the rollout ends where an uninterrupted one ends, with no duplicate children."""
+    namespace, operator = op
+    svc = Svc(cluster, namespace, "killed")
+    sample = canary_sample("killed")
+    sample["spec"]["rollout"]["steps"] = [{"weight": 25, "pause": {"duration": "3s"}},
+                                          {"weight": 50, "pause": {}}, {"weight": 75}]
+    svc.custom.create_namespaced_custom_object(k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL,
+                                               sample)
+    old = svc.wait(lambda s: s.get("phase") == "Ready", "Ready")["status"]["stableRevision"]
+    kills: list[str] = []
+
+    def kill(point: str) -> None:
+        operator.kill()
+        kills.append(point)
+        operator.start()
+
+    def rollout() -> dict:
+        return svc.rollout()
+
+    svc.patch({"spec": {"engine": {"maxBatch": 2}}})
+    kill("right after the pod-changing edit")
+    svc.wait(lambda s: (s.get("rollout") or {}).get("canaryVersion"), "the rollout started")
+    kill("after the rollout started (scaling step 1)")
+    svc.wait(lambda s: (s.get("rollout") or {}).get("stepStartedAt"), "step 1's pause")
+    kill("mid timed pause")
+    svc.wait(lambda s: (s.get("rollout") or {}).get("pauseReason") == "StepPause",
+             "step 2 waiting for a promote")
+    kill("while waiting for a promote")
+    controls.apply(svc.custom, namespace, "killed", "abort", actor="test")
+    kill("between abort and its effect")
+    svc.wait(lambda s: (s.get("rollout") or {}).get("phase") == "RolledBack", "rolled back")
+    kill("after the rollback")
+    controls.apply(svc.custom, namespace, "killed", "retry", actor="test", request_id="r1")
+    kill("between retry and its effect")
+    svc.wait(lambda s: (s.get("rollout") or {}).get("lastRetry") == "r1"
+             and (s.get("rollout") or {}).get("pauseReason") == "StepPause",
+             "the retried rollout at step 2", timeout=120)
+    controls.apply(svc.custom, namespace, "killed", "promote", actor="test", request_id="p1")
+    kill("between promote and its effect")
+    svc.wait(lambda s: (s.get("rollout") or {}).get("phase") in ("Promoting", "Healthy")
+             and (s.get("rollout") or {}).get("lastPromoteId") == "p1", "promoting")
+    kill("mid promotion")
+    final = svc.wait(lambda s: (s.get("rollout") or {}).get("phase") == "Healthy"
+                     and s.get("phase") == "Ready" and s.get("stableRevision") != old,
+                     "the promoted rollout", timeout=120)["status"]
+    kill("after completion")
+    assert len(kills) >= 10
+    new = final["stableRevision"]
+    assert svc.replicas() == {"stable": (4, new), "canary": (0, new)}
+    deployments = svc.apps.list_namespaced_deployment(namespace, label_selector=(
+        f"{k8s.LABEL_SERVICE}=killed")).items
+    configmaps = svc.core.list_namespaced_config_map(namespace, label_selector=(
+        f"{k8s.LABEL_SERVICE}=killed")).items
+    services = svc.core.list_namespaced_service(namespace, label_selector=(
+        f"{k8s.LABEL_SERVICE}=killed")).items
+    assert (len(deployments), len(configmaps), len(services)) == (2, 2, 1)
+    reasons = svc.events()
+    assert reasons.count("RolloutCompleted") == 1 and reasons.count("RolloutRetried") == 1
+    # the ids acted on once each, whatever the kills
+    assert reasons.count("StepPromoted") == 1
