@@ -28,6 +28,7 @@ for package, folder in ROOTS.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"": ["*.yaml", "*.json", "*.safetensors", "*.jsonl", "*.txt", "*.md"]},
+    package_data={"": ["*.yaml", "*.json", "*.safetensors", "*.jsonl", "*.txt", "*.md",
+                       "*.mako"]},
     include_package_data=True,
 )

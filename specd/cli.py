@@ -17,7 +17,7 @@ from types import ModuleType
 
 from specd import SpecdError, __version__
 
-COMMANDS = ("serve", "generate", "train", "bench", "operator", "dashboard", "cluster")
+COMMANDS = ("serve", "generate", "train", "bench", "operator", "dashboard", "cluster", "db")
 
 
 def build_parser() -> argparse.ArgumentParser:

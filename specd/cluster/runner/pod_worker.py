@@ -374,11 +374,13 @@ class PodWorker(threading.Thread):
 
     def _restart_unhealthy(self, why: str) -> None:
         self._event("Unhealthy", f"{why}; the container will be restarted")
-        self._kill_group(grace=rules.termination_grace(self.pod))
+        self._kill_group(grace=rules.termination_grace(self.pod), restart=True)
 
     # ---- exit, restart, termination ----------------------------------------------------
 
-    def _exited(self, code: int) -> None:
+    def _exited(self, code: int, stopped: bool = False) -> None:
+        """Record the exit; ``stopped``: the runner ended it (deletion, shutdown), so no
+        restart and no back-off."""
         assert self.process is not None
         ran = time.monotonic() - self.started_mono
         finished = now_rfc3339()
@@ -392,7 +394,7 @@ class PodWorker(threading.Thread):
         self.process, self.state.pid = None, None
         self.state.running_since, self.state.ready, self.state.started = None, False, False
         policy = self.pod["spec"].get("restartPolicy", "Always")
-        if policy == "Never" or (policy == "OnFailure" and exit_code == 0):
+        if stopped or policy == "Never" or (policy == "OnFailure" and exit_code == 0):
             self.state.terminated = record
             return
         self.state.last_terminated = record
@@ -407,8 +409,9 @@ class PodWorker(threading.Thread):
                     f"(exit {exit_code}; log: specd cluster logs {self.key[1]} -n {self.key[0]})",
                     once=False)
 
-    def _kill_group(self, grace: float) -> None:
-        """SIGTERM the process group, wait up to ``grace`` s, SIGKILL what is left."""
+    def _kill_group(self, grace: float, restart: bool = False) -> None:
+        """SIGTERM the process group, wait up to ``grace`` s, SIGKILL what is left;
+        ``restart``: the container restarts afterwards (a failed liveness probe)."""
         process = self.process
         if process is None:
             return
@@ -423,7 +426,7 @@ class PodWorker(threading.Thread):
         # the leader is gone; children of a group that ignored SIGTERM get SIGKILL too
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-        self._exited(process.wait())
+        self._exited(process.wait(), stopped=not restart)
 
     # ---- status and events -------------------------------------------------------------
 

@@ -1,0 +1,144 @@
+"""The history store on SQLite and on a real PostgreSQL (Debian's binaries, a throwaway
+server): upgrade head from empty, the models and the migrations agree, idempotent writes, a
+full rollout's rows read back, downgrade base; `specd db` on the command line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect
+
+from specd.cli import main as specd_main
+from specd.cluster import processes
+from specd.operator.history import store
+from specd.operator.history.models import Base
+
+T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+TABLES = {"rollouts", "rollout_events", "analysis_measurements", "policy_changes"}
+
+
+def _pg_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        raise RuntimeError("PostgreSQL binaries not found: install Debian's 'postgresql' "
+                           "package (make apt)")
+    return found[-1].parent
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """A throwaway PostgreSQL on 127.0.0.1 (as the postgres user when run as root)."""
+    bin_dir, port = _pg_bin(), processes.free_ports(1)[0]
+    # its own directory: pytest's are private to the user running the tests
+    root = Path(tempfile.mkdtemp(prefix="specd-pg-"))
+    data = root / "data"
+    data.mkdir()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        for path in (root, data):
+            shutil.chown(path, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+
+    def pg(*argv: str) -> None:
+        subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)
+
+    pg(str(bin_dir / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres")
+    pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(data / "log"), "-w", "-o",
+       f"-h 127.0.0.1 -p {port} -k {data}", "start")
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    return request.getfixturevalue("postgres")
+
+
+def test_migrations_from_empty_to_head_and_back(url: str) -> None:
+    assert store.current(url) is None
+    store.upgrade(url)
+    assert store.current(url) == "0001"
+    engine = create_engine(url)
+    try:
+        assert TABLES <= set(inspect(engine).get_table_names())
+        with engine.connect() as conn:  # the models and the migrations agree
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    finally:
+        engine.dispose()
+    store.downgrade(url)
+    engine = create_engine(url)
+    try:
+        assert not TABLES & set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_full_rollout_is_recorded_once_whatever_the_retries(url: str) -> None:
+    store.upgrade(url)
+    history = store.HistoryStore(url)
+    try:
+        key = dict(namespace="ns", service="svc", uid="u-1", stable="aaa", canary="bbb",
+                   started_at=T0)
+        rollout = history.rollout(**key)
+        assert history.rollout(**key) == rollout  # a re-run finds the same rollout
+        steps = [(T0, 0, 25, "RolloutStarted", None), (T0 + timedelta(minutes=2), 0, 25,
+                                                       "StepCompleted", None),
+                 (T0 + timedelta(minutes=3), 1, 50, "StepPromoted", "kubectl-specd/alice"),
+                 (T0 + timedelta(minutes=5), 2, 100, "RolloutCompleted", None)]
+        for at, step, weight, action, actor in steps:
+            assert history.event(rollout, at=at, step=step, weight=weight, action=action,
+                                 actor=actor)
+            assert not history.event(rollout, at=at, step=step, weight=weight, action=action,
+                                     actor=actor)  # the same write after a restart
+        for group in ("chat", "code"):
+            assert history.measurement(rollout, at=T0 + timedelta(minutes=1), step=0,
+                                       name="speed", metric="tokensPerSecond",
+                                       task_group=group, window="60s", verdict="Successful",
+                                       canary=14.2, stable=14.0, value=1.014, query="q")
+        assert not history.measurement(rollout, at=T0 + timedelta(minutes=1), step=0,
+                                       name="speed", metric="tokensPerSecond",
+                                       task_group="code", window="60s", verdict="Successful")
+        history.finish(rollout, at=T0 + timedelta(minutes=5), outcome="Promoted")
+        history.finish(rollout, at=T0 + timedelta(minutes=9), outcome="RolledBack")  # no-op
+        assert history.policy_change(namespace="ns", service="svc", uid="u-1",
+                                     task_group="code", at=T0, reason="FallbackToPlain",
+                                     before={"mode": "scheduled"}, after={"mode": "plain"},
+                                     evidence={"windows": 3, "goodput_ratio": 0.91})
+        assert not history.policy_change(namespace="ns", service="svc", uid="u-1",
+                                         task_group="code", at=T0, reason="FallbackToPlain",
+                                         before={}, after={}, evidence={})
+        (past,) = history.history("ns", "svc")
+        assert past["outcome"] == "Promoted" and past["measurements"] == 2
+        assert [e["action"] for e in past["events"]] == [s[3] for s in steps]
+        assert past["events"][2]["actor"] == "kubectl-specd/alice"
+    finally:
+        history.close()
+        store.downgrade(url)
+
+
+def test_specd_db_on_the_command_line(tmp_path: Path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert specd_main(["db", "current", url]) == 0
+    assert "empty" in capsys.readouterr().out
+    assert specd_main(["db", "upgrade", url]) == 0
+    assert capsys.readouterr().out.strip() == "0001"
+    assert specd_main(["db", "downgrade", url]) == 0
+    assert specd_main(["db", "current", "postgresql+psycopg://u:secret@127.0.0.1:1/x"]) == 2
+    assert "secret" not in capsys.readouterr().err  # no password in the message
+    assert specd_main(["db", "upgrade", "not a url"]) == 2
+
+
