@@ -225,6 +225,7 @@ class RolloutStatus(_Spec):
     phase: Literal["Healthy", "Progressing", "Paused", "Promoting", "RolledBack"] | None = None
     stable_version: str | None = None
     canary_version: str | None = None
+    started_at: str | None = None
     step: int = 0
     scaled_at: str | None = None
     step_started_at: str | None = None

@@ -33,12 +33,15 @@ from specd.operator import metrics
 from specd.operator.analysis.judge import Result
 from specd.operator.analysis.provider import MetricProvider, PrometheusProvider
 from specd.operator.analysis.run import run as run_analysis
+from specd.operator.analysis.run import window as analysis_window
+from specd.operator.history import store as history_store
+from specd.operator.history.recorder import Recorder, tick_writes
 from specd.operator.kube import Kube, TransientError, classify
 from specd.operator.manifests import desired_children, revision
 from specd.operator.rollout import children
 from specd.operator.rollout.canary import Config as CanaryConfig
 from specd.operator.rollout.canary import Measurement, Plan, advance
-from specd.operator.rollout.state import from_status
+from specd.operator.rollout.state import RolloutState, from_status
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
 
 log = logging.getLogger(__name__)
@@ -52,6 +55,8 @@ class OperatorConfig:
     rollout_tick_seconds: float = 2.0
     max_workers: int = 8
     prometheus_url: str | None = None
+    history_url: str | None = None
+    migrate: bool = True
 
 
 def now() -> str:
@@ -81,9 +86,11 @@ def _short(exc: ValidationError) -> str:
 class Reconciler:
     """The operator core, independent of kopf's plumbing (kopf handlers call into it)."""
 
-    def __init__(self, kube: Kube, provider: MetricProvider | None = None) -> None:
+    def __init__(self, kube: Kube, provider: MetricProvider | None = None,
+                 recorder: Recorder | None = None) -> None:
         self.kube = kube
         self.provider = provider
+        self.recorder = recorder
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._object_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -166,6 +173,7 @@ class Reconciler:
             spec = rev = policy = None
         try:
             plan: Plan | None = None
+            tick: Tick | None = None
             steps: list[children.Action] = []
             results: list[Result] = []
             if error is None and spec is not None and rev is not None:
@@ -174,7 +182,8 @@ class Reconciler:
                     if fresh is None or fresh["metadata"].get("deletionTimestamp"):
                         return None
                     owner, generation = fresh, fresh["metadata"].get("generation", generation)
-                    plan, steps, results = self._canary(owner, spec, rev)
+                    tick = self._canary(owner, spec, rev)
+                    plan, steps, results = tick.plan, tick.steps, tick.results
                 else:
                     error = self._execute(namespace, [
                         children.Apply(c) for c in desired_children(owner, spec)])
@@ -201,6 +210,10 @@ class Reconciler:
                     self._post(owner, plan, logger)
                     metrics.record_rollout(namespace, name, plan.state.phase, plan.state.step,
                                            plan.weight)
+                    if self.recorder is not None and tick is not None:
+                        for what, write in tick_writes(owner, tick.before, plan, results,
+                                                       tick.window, tick.now):
+                            self.recorder.submit(what, write)
                     error = self._execute(namespace, steps)
                     if error is not None:
                         status = self._write_status(namespace, name, compute)
@@ -232,8 +245,7 @@ class Reconciler:
             self.last_ok = time.time()
         return status
 
-    def _canary(self, owner: dict[str, Any], spec: ServiceSpec,
-                rev: str) -> tuple[Plan, list[children.Action], list[Result]]:
+    def _canary(self, owner: dict[str, Any], spec: ServiceSpec, rev: str) -> Tick:
         """One tick of the canary state machine, from the object as it is now."""
         namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
         deployments = self.kube.list_deployments(namespace, name)
@@ -241,10 +253,12 @@ class Reconciler:
         state = children.initial_state(status, from_status(status.get("rollout")))
         config = CanaryConfig.from_spec(spec.rollout)
         results: list[Result] = []
-        plan = advance(config, spec.replicas, rev, state, children.seen(deployments),
-                       time.time(), self.measure(owner, spec, results) if config.analysis
-                       else None)
-        return plan, children.actions(owner, spec, rev, plan, deployments), results
+        at = time.time()
+        plan = advance(config, spec.replicas, rev, state, children.seen(deployments), at,
+                       self.measure(owner, spec, results) if config.analysis else None)
+        return Tick(plan, children.actions(owner, spec, rev, plan, deployments), results,
+                    state, at, analysis_window(spec.rollout.analysis)
+                    if spec.rollout.analysis else "")
 
     def measure(self, owner: dict[str, Any], spec: ServiceSpec,
                 results: list[Result]) -> Callable[[], Measurement]:
@@ -321,6 +335,19 @@ class Reconciler:
         return self._write_status(namespace, name, compute)
 
 
+@dataclass(frozen=True)
+class Tick:
+    """One rollout tick: the plan, the children it implies, the analysis it ran, the state it
+    started from, when, and the analysis window."""
+
+    plan: Plan
+    steps: list[children.Action]
+    results: list[Result]
+    before: RolloutState
+    now: float
+    window: str
+
+
 def _tick_guard(owner: dict[str, Any]) -> str:
     """What a rollout tick was planned from: the spec's generation and the rollout state
     (not the resourceVersion, which kopf's own annotation writes move on every handler)."""
@@ -353,6 +380,20 @@ def make_api_client(kubeconfig: str | None, pool: int) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def open_history(cfg: OperatorConfig) -> Recorder | None:
+    """The history store's recorder, migrated first unless told not to. A store that cannot
+    be reached is logged and counted; the operator runs on (its rollouts live in .status)."""
+    if not cfg.history_url:
+        return None
+    if cfg.migrate:
+        try:
+            history_store.upgrade(cfg.history_url)
+        except Exception as exc:  # noqa: BLE001 - never a reason not to reconcile
+            metrics.STORE_WRITE_ERRORS.labels(kind="migrate").inc()
+            log.error("history store: migration failed: %s", exc)
+    return Recorder(history_store.HistoryStore(cfg.history_url))
+
+
 def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, Any]:
     """Register the handlers on ``registry``; returns a holder with the reconciler once up."""
     holder: dict[str, Any] = {}
@@ -377,7 +418,7 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         settings.watching.client_timeout = 330
         api = make_api_client(cfg.kubeconfig, pool=cfg.max_workers + 4)
         provider = PrometheusProvider(cfg.prometheus_url) if cfg.prometheus_url else None
-        holder["reconciler"] = Reconciler(Kube(api), provider)
+        holder["reconciler"] = Reconciler(Kube(api), provider, open_history(cfg))
 
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -36,6 +36,9 @@ ROLLOUT_PHASE = Gauge(
     "Promoting, RolledBack), 0 for the others", ["namespace", "service", "phase"],
     registry=REGISTRY)
 ROLLOUT_PHASES = ("Healthy", "Progressing", "Paused", "Promoting", "RolledBack")
+STORE_WRITE_ERRORS = Counter(
+    "specd_operator_store_write_errors", "History-store writes given up on (kind: write, "
+    "queue_full, migrate); the rollouts go on regardless", ["kind"], registry=REGISTRY)
 SERVICES = Gauge(
     "specd_operator_services", "SpeculativeServices by phase, as last written by this operator",
     ["phase"], registry=REGISTRY)

@@ -120,13 +120,16 @@ class OperatorProcess:
         self.extra = extra
         self.process: subprocess.Popen[bytes] | None = None
         self.health_port = self.metrics_port = 0
+        # each operator its own SQLite history, beside its log (kept across restarts)
+        self.history_url = f"sqlite:///{log_path.with_name(log_path.stem + '-history.db')}"
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
         self.health_port, self.metrics_port = free_port(), free_port()
         cmd = [sys.executable, "-m", "specd.operator", "--kubeconfig",
                str(self.kubeconfig), "--bind", "127.0.0.1",
                "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
-               *[arg for ns in self.namespaces for arg in ("--namespace", ns)], *self.extra]
+               *[arg for ns in self.namespaces for arg in ("--namespace", ns)],
+               "--history-url", self.history_url, *self.extra]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child's lifetime
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

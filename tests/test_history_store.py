@@ -112,8 +112,9 @@ def test_a_full_rollout_is_recorded_once_whatever_the_retries(url: str) -> None:
         assert not history.measurement(rollout, at=T0 + timedelta(minutes=1), step=0,
                                        name="speed", metric="tokensPerSecond",
                                        task_group="code", window="60s", verdict="Successful")
+        history.finish(rollout, at=T0 + timedelta(minutes=4), outcome="RolledBack")
+        history.finish(rollout, at=None, outcome=None)  # a retry reopens it
         history.finish(rollout, at=T0 + timedelta(minutes=5), outcome="Promoted")
-        history.finish(rollout, at=T0 + timedelta(minutes=9), outcome="RolledBack")  # no-op
         assert history.policy_change(namespace="ns", service="svc", uid="u-1",
                                      task_group="code", at=T0, reason="FallbackToPlain",
                                      before={"mode": "scheduled"}, after={"mode": "plain"},
@@ -142,3 +143,44 @@ def test_specd_db_on_the_command_line(tmp_path: Path, capsys) -> None:
     assert specd_main(["db", "upgrade", "not a url"]) == 2
 
 
+
+
+def test_the_recorder_writes_a_ticks_rows_and_survives_a_dead_store(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+
+    from specd.operator import metrics
+    from specd.operator.history.recorder import Recorder, tick_writes
+    from specd.operator.rollout.canary import Event, Plan, Track
+    from specd.operator.rollout.state import RolloutState
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    store.upgrade(url)
+    owner = {"metadata": {"namespace": "ns", "name": "svc", "uid": "u-9",
+                          "annotations": {"serving.specd.io/last-action-by": "kubectl-specd/bob"}}}
+    before = RolloutState(stable="aaa", canary="bbb", started_at=T0.timestamp() + 0.6, step=0)
+    after = RolloutState(stable="aaa", canary="bbb", started_at=T0.timestamp(), step=1)
+    plan = Plan(Track("aaa", 2), Track("bbb", 2), after, weight=50,
+                events=(Event("Normal", "StepPromoted", "promoted by a user to step 2"),))
+    recorder = Recorder(store.HistoryStore(url))
+    for what, write in tick_writes(owner, before, plan, [], "60s", T0.timestamp() + 60):
+        recorder.submit(what, write)
+    recorder.flush()
+    recorder.close()
+    reader = store.HistoryStore(url)
+    (row,) = reader.history("ns", "svc")  # one rollout: the key is kept to whole seconds
+    assert [(e["action"], e["step"], e["actor"]) for e in row["events"]] == [
+        ("StepPromoted", 1, "kubectl-specd/bob")]
+    reader.close()
+
+    dead = Recorder(store.HistoryStore(f"sqlite:///{tmp_path / 'missing' / 'x.db'}"),
+                    retries=1, backoff_s=0.01)
+    before_errors = generate_latest(metrics.REGISTRY).decode()
+    for what, write in tick_writes(owner, before, plan, [], "60s", T0.timestamp() + 60):
+        dead.submit(what, write)  # never raises: the rollout goes on
+    dead.flush()
+    dead.close()
+    after_errors = generate_latest(metrics.REGISTRY).decode()
+    line = 'specd_operator_store_write_errors_total{kind="write"}'
+    count = [float(x.split()[-1]) for x in after_errors.splitlines() if x.startswith(line)]
+    previous = [float(x.split()[-1]) for x in before_errors.splitlines() if x.startswith(line)]
+    assert count and count[0] >= (previous[0] if previous else 0) + 1

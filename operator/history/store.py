@@ -104,11 +104,13 @@ class HistoryStore:
             task_group=task_group or "", window=window, verdict=verdict, canary=canary,
             stable=stable, value=value, query=query, message=message))
 
-    def finish(self, rollout_id: int, *, at: datetime, outcome: str, message: str = "") -> None:
+    def finish(self, rollout_id: int, *, at: datetime | None, outcome: str | None,
+               message: str = "") -> None:
+        """Set how the rollout ended (the latest word wins: a retry reopens it with None)."""
         with self._session() as session:
             row = session.get(Rollout, rollout_id)
-            if row is not None and row.outcome is None:
-                row.ended_at, row.outcome, row.message = at, outcome, message
+            if row is not None:
+                row.ended_at, row.outcome, row.message = at, outcome, message or None
 
     def policy_change(self, *, namespace: str, service: str, uid: str, task_group: str,
                       at: datetime, reason: str, before: dict[str, Any],

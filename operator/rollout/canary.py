@@ -184,6 +184,7 @@ class _Tick:
         if s.canary != self.desired:
             restarted = s.canary is not None
             self.s = replace(s, canary=self.desired, aborted=False, phase="Progressing",
+                             started_at=self.now,
                              message=f"rolling out {self.desired}").at_step(0, self.now)
             self.event("Normal", "RolloutRestarted" if restarted else "RolloutStarted",
                        f"{'new revision mid-rollout: ' if restarted else ''}canary "

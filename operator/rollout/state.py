@@ -22,6 +22,7 @@ PauseReason = Literal["StepPause", "UserPaused", "Inconclusive", "AnalysisFailed
 class RolloutState:
     stable: str | None = None  # the version (revision, or revision+policy) on the stable track
     canary: str | None = None  # the version being rolled out; None when none is
+    started_at: float | None = None  # when this version's rollout began (its history key)
     step: int = 0
     scaled_at: float | None = None  # when the current step's scaling began
     step_started_at: float | None = None  # when its pods were all Ready (the pause began)
@@ -57,7 +58,8 @@ def _epoch(value: Any) -> float | None:
 
 
 # status.rollout keys (camelCase) <-> fields
-_KEYS = {"stable": "stableVersion", "canary": "canaryVersion", "step": "step",
+_KEYS = {"stable": "stableVersion", "canary": "canaryVersion", "started_at": "startedAt",
+         "step": "step",
          "scaled_at": "scaledAt", "step_started_at": "stepStartedAt",
          "analysed_at": "analysedAt",
          "successful": "successfulChecks", "failed": "failedChecks",
@@ -66,7 +68,7 @@ _KEYS = {"stable": "stableVersion", "canary": "canaryVersion", "step": "step",
          "last_promote_id": "lastPromoteId", "last_retry": "lastRetry",
          "last_resume": "lastResume", "phase": "phase",
          "message": "message"}
-_TIMES = ("scaled_at", "step_started_at", "analysed_at")
+_TIMES = ("started_at", "scaled_at", "step_started_at", "analysed_at")
 
 
 def to_status(state: RolloutState) -> dict[str, Any]:

@@ -31,6 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Prometheus that canary analysis queries (e.g. "
                              "http://prometheus.monitoring:9090; env SPECD_PROMETHEUS_URL); "
                              "without it a configured analysis measures Error")
+    parser.add_argument("--history-url", default=os.environ.get("SPECD_HISTORY_URL",
+                                                                default_history_url()),
+                        help="the history store: sqlite:///FILE (default "
+                             "$XDG_STATE_HOME/specd/history.db) or postgresql+psycopg://...; "
+                             "'none' keeps no history [env SPECD_HISTORY_URL]")
+    parser.add_argument("--no-migrate", action="store_true",
+                        help="do not migrate the history store at start-up")
+
+
+def default_history_url() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                             ".local", "state")
+    return f"sqlite:///{os.path.join(state, 'specd', 'history.db')}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,12 +60,21 @@ def run(args: argparse.Namespace) -> int:
     from specd.operator import metrics
     from specd.operator.handlers import OperatorConfig, register
 
+    def history_url(url: str | None) -> str | None:
+        if not url or url == "none":
+            return None
+        if url.startswith("sqlite:///"):  # the file's folder must exist for SQLite
+            os.makedirs(os.path.dirname(url.removeprefix("sqlite:///")) or ".", exist_ok=True)
+        return url
+
     registry = kopf.OperatorRegistry()
     if args.prometheus_url and not args.prometheus_url.startswith(("http://", "https://")):
         raise SpecdError(f"--prometheus-url must be an http(s) URL, not {args.prometheus_url!r}")
     register(registry, OperatorConfig(kubeconfig=args.kubeconfig,
                                       resync_seconds=args.resync, max_workers=args.workers,
-                                      prometheus_url=args.prometheus_url))
+                                      prometheus_url=args.prometheus_url,
+                                      history_url=history_url(args.history_url),
+                                      migrate=not args.no_migrate))
     try:
         metrics.serve(args.metrics_port, args.bind)
     except OSError as exc:

@@ -244,3 +244,22 @@ def test_operator_killed_at_every_point_of_a_canary_resumes_it(cluster, op) -> N
     assert reasons.count("RolloutCompleted") == 1 and reasons.count("RolloutRetried") == 1
     # the ids acted on once each, whatever the kills
     assert reasons.count("StepPromoted") == 1
+    # the history store holds the rollout once, each transition once, whatever the kills
+    from specd.operator.history.store import HistoryStore
+
+    history = HistoryStore(operator.history_url)
+    try:
+        def recorded() -> list | None:
+            rows = history.history(namespace, "killed")
+            return rows if rows and rows[0]["outcome"] == "Promoted" else None
+
+        (row,) = wait_for(recorded, "the promoted rollout in the history store", timeout=30)
+        actions = [e["action"] for e in row["events"]]
+        for once in ("RolloutStarted", "RolledBack", "RolloutRetried", "StepPromoted",
+                     "RolloutCompleted"):
+            assert actions.count(once) == 1, actions
+        assert row["canary"] == new and row["stable"] == old
+        promoted = next(e for e in row["events"] if e["action"] == "StepPromoted")
+        assert promoted["actor"] == "test"
+    finally:
+        history.close()
