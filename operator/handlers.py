@@ -182,6 +182,9 @@ class Reconciler:
                     if fresh is None or fresh["metadata"].get("deletionTimestamp"):
                         return None
                     owner, generation = fresh, fresh["metadata"].get("generation", generation)
+                    # plan from the spec of the object read now, not the event's copy
+                    spec = parse_spec(owner.get("spec") or {})
+                    rev, policy = revision(spec), spec.policy()
                     tick = self._canary(owner, spec, rev)
                     plan, steps, results = tick.plan, tick.steps, tick.results
                 else:
@@ -213,7 +216,7 @@ class Reconciler:
                     if self.recorder is not None and tick is not None:
                         for what, write in tick_writes(owner, tick.before, plan, results,
                                                        tick.window, tick.now):
-                            self.recorder.submit(what, write)
+                            self.recorder.write(what, write)
                     error = self._execute(namespace, steps)
                     if error is not None:
                         status = self._write_status(namespace, name, compute)

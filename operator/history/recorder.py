@@ -1,8 +1,11 @@
 """Recording the operator's decisions without ever holding a rollout up.
 
-One writer thread drains a bounded queue; each write is retried with back-off and, if the
-store stays slow or down, logged and counted (``specd_operator_store_write_errors_total``)
-and dropped -- the rollout itself lives in ``.status``, the store is its history. What one
+A tick's rows are written right after its status write; when the store fails (or failed in
+the last half minute) they go to a bounded queue that one writer thread drains, each write
+retried with back-off and, if the store stays slow or down, logged and counted
+(``specd_operator_store_write_errors_total``) and dropped -- the rollout itself lives in
+``.status``, the store is its history (at most once: a crash between the status write and
+the store write loses that tick's rows, never duplicates them). What one
 rollout tick writes is derived from the tick alone (its events, its measurements, the state
 before and after), and a tick's transitions are computed once (its decision is written to
 ``.status`` before anything else), so a restarted operator writes no row twice.
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 Write = Callable[[HistoryStore], None]
 # events that a person's control caused (the actor is the one the patch recorded)
 CONTROL_EVENTS = {"StepPromoted", "Promoted", "Resumed", "RolloutRetried"}
+BREAKER_S = 30.0
 OUTCOMES = {"RolloutCompleted": "Promoted", "RolledBack": "RolledBack",
             "RolloutCleared": "Cleared"}
 
@@ -36,9 +40,24 @@ class Recorder:
     def __init__(self, store: HistoryStore, retries: int = 3, backoff_s: float = 0.5,
                  capacity: int = 10_000) -> None:
         self.store, self.retries, self.backoff_s = store, retries, backoff_s
+        self.failed_at = -BREAKER_S
         self.queue: queue.Queue[tuple[str, Write] | None] = queue.Queue(capacity)
         self.thread = threading.Thread(target=self._drain, name="history-writer", daemon=True)
         self.thread.start()
+
+    def write(self, what: str, write: Write) -> None:
+        """Write now (right after the tick's status write, so a crash loses as little as
+        possible); if the store fails, or failed in the last half minute, queue it for the
+        writer thread instead, so a slow or dead store never holds ticks up."""
+        if time.monotonic() - self.failed_at > BREAKER_S:
+            try:
+                write(self.store)
+                return
+            except Exception as exc:  # noqa: BLE001 - retried below
+                self.failed_at = time.monotonic()
+                log.warning("history store: %s failed (%s); retrying in the background",
+                            what, exc)
+        self.submit(what, write)
 
     def submit(self, what: str, write: Write) -> None:
         try:

@@ -53,7 +53,9 @@ def current(url: str) -> str | None:
 class HistoryStore:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = create_engine(url, pool_pre_ping=True)
+        # a dead PostgreSQL must fail fast, not after the OS's TCP timeout
+        connect_args = {"connect_timeout": 3} if url.startswith("postgresql") else {}
+        self.engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:
