@@ -71,11 +71,15 @@ class LocalCluster:
         return state.read(self.state_dir)
 
     def service_url(self, namespace: str, name: str, port: str | None = None,
-                    timeout: float = 30.0) -> str:
-        """The loopback URL balancing over the Service's Ready endpoints (HAProxy)."""
+                    timeout: float = 30.0, ready: int = 0) -> str:
+        """The loopback URL balancing over the Service's Ready endpoints (HAProxy); with
+        ``ready``, once HAProxy routes to at least that many Ready pods (EndpointSlices
+        follow pod readiness with a lag)."""
         def url() -> str | None:
             published = self.runner_state()
-            return published.url(namespace, name, port) if published else None
+            if published is None or published.ready_backends(namespace, name, port) < ready:
+                return None
+            return published.url(namespace, name, port)
 
         return wait_for(url, f"a URL for service {namespace}/{name}", timeout=timeout)
 

@@ -118,7 +118,7 @@ def rollback_on_live_metrics(cluster, namespace: str) -> None:
     wait_for(lambda: status().get("phase") == "Ready", "the Scheme B service Ready",
              timeout=READY_S, interval=1)
     stable_revision = status()["stableRevision"]
-    url = cluster.service_url(namespace, NAME)
+    url = cluster.service_url(namespace, NAME, ready=2)
     with Traffic(url) as traffic:
         time.sleep(5)
         custom.patch_namespaced_custom_object(  # the slower revision: Scheme A, K = 7 fixed

@@ -233,7 +233,10 @@ def test_cli_status_kubeconfig_and_idempotent_up(cluster, capsys):
     before = control_plane.read_state(cluster.state_dir)
     assert specd_main(["cluster", "status", *state]) == 0
     out = capsys.readouterr().out
-    assert all(f"{c}" in out for c in control_plane.COMPONENTS) and "not" not in out
+    components, _, pods = out.partition("\n\n")  # then the pod runner's processes
+    assert all(f"{c}" in components for c in control_plane.COMPONENTS)
+    assert "not" not in components
+    assert pods.startswith("pod processes (memory budget")
 
     assert specd_main(["cluster", "kubeconfig", *state]) == 0
     assert capsys.readouterr().out.strip() == str(cluster.kubeconfig)

@@ -143,7 +143,7 @@ def test_two_real_workers_answer_through_the_service_and_appear_in_prometheus(en
         assert is_alive(record["pid"], record["start_ticks"])
         cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")
         assert b"serve" in cmdline and b"--drafter" in cmdline, cmdline
-    url = env.cluster.service_url(env.ns, NAME)
+    url = env.cluster.service_url(env.ns, NAME, ready=2)
     assert url.startswith("http://127.0.0.1:")
     for index in range(8):
         body = chat(url, f"Count to {index}.", group=("chat", "code")[index % 2])
@@ -271,7 +271,7 @@ def test_failing_readiness_keeps_a_pod_out_of_the_service(env) -> None:
         time.sleep(3)  # ... several probe periods
         pod = env.core.read_namespaced_pod("never-ready", env.ns)
         assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "False"
-        url = env.cluster.service_url(env.ns, NAME)
+        url = env.cluster.service_url(env.ns, NAME, ready=2)
         for index in range(6):
             chat(url, f"Name a colour ({index}).")
         assert env.finished_requests("never-ready") == 0

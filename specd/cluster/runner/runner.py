@@ -86,6 +86,7 @@ class Runner:
         self.available_at_start = memory_available()
         self.capacity = self._capacity()
         self.service_ports: dict[str, int] = {}
+        self.service_backends: dict[str, int] = {}  # Ready pods behind each Service URL
         self._configmaps: dict[str, dict[str, dict[str, Any]]] = {}
         self._proxy_text = ""
         self._targets_text = ""
@@ -275,10 +276,13 @@ class Runner:
         self.service_ports = {proxy.url_key(f.namespace, f.service,
                                             f.port_name or str(f.service_port)): f.local_port
                               for f in fronts}
+        backends = {proxy.url_key(f.namespace, f.service, f.port_name or str(f.service_port)):
+                    len(f.servers) for f in fronts}
         text = proxy.config_text(fronts, self.proxy_health_port)
         if text != self._proxy_text:
             proxy.reload(self.haproxy_config, text, self.haproxy_pidfile)
             self._proxy_text = text
+        self.service_backends = backends  # published once HAProxy has them
 
     def _sync_targets(self) -> None:
         entries = []
@@ -299,7 +303,7 @@ class Runner:
         state = {"capacity": self.capacity.describe(sum(self.slots.values())),
                  "pods": sorted((w.snapshot() for w in list(self.workers.values())),
                                 key=lambda s: (s["namespace"], s["pod"])),
-                 "services": self.service_ports}
+                 "services": self.service_ports, "backends": self.service_backends}
         text = json.dumps(state, indent=1, sort_keys=True)
         if text != self._state_text:
             tmp = self.dir / "state.json.tmp"

@@ -16,18 +16,26 @@ class RunnerState:
     capacity: str  # the memory budget, what is reserved, the count cap if any
     pods: list[dict[str, Any]]
     services: dict[str, int]  # "ns/name/port" -> loopback port
+    backends: dict[str, int]  # "ns/name/port" -> Ready pods HAProxy routes to
+
+    def _key(self, namespace: str, service: str, port: str | None) -> str | None:
+        prefix = f"{namespace}/{service}/"
+        keys = [k for k in self.services if k.startswith(prefix)]
+        if port is not None:
+            return prefix + port if prefix + port in self.services else None
+        if len(keys) == 1:
+            return keys[0]
+        return prefix + "http" if prefix + "http" in self.services else None
 
     def url(self, namespace: str, service: str, port: str | None = None) -> str | None:
         """http://127.0.0.1:<port> for a Service (its only port, or the one named)."""
-        prefix = f"{namespace}/{service}/"
-        matches = {k[len(prefix):]: v for k, v in self.services.items() if k.startswith(prefix)}
-        if port is not None:
-            local = matches.get(port)
-        elif len(matches) == 1:
-            local = next(iter(matches.values()))
-        else:
-            local = matches.get("http")
-        return f"http://{processes.LOOPBACK}:{local}" if local else None
+        key = self._key(namespace, service, port)
+        return f"http://{processes.LOOPBACK}:{self.services[key]}" if key else None
+
+    def ready_backends(self, namespace: str, service: str, port: str | None = None) -> int:
+        """How many Ready pods the Service URL routes to right now."""
+        key = self._key(namespace, service, port)
+        return self.backends.get(key, 0) if key else 0
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return next((p for p in self.pods if p["namespace"] == namespace and p["pod"] == name),
@@ -40,7 +48,8 @@ def read(state_dir: Path) -> RunnerState | None:
     except (OSError, ValueError):
         return None
     return RunnerState(capacity=str(raw.get("capacity", "")), pods=list(raw.get("pods", [])),
-                       services=dict(raw.get("services", {})))
+                       services=dict(raw.get("services", {})),
+                       backends=dict(raw.get("backends", {})))
 
 
 def rss_bytes(pid: int | None) -> int | None:
