@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 HOST_IP = "127.0.0.1"
@@ -41,7 +41,6 @@ class ContainerState:
     started: bool = False  # startup probe passed (or none)
     ready: bool = False
     pid: int | None = None
-    extra_conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _terminated(t: Terminated) -> dict[str, Any]:
