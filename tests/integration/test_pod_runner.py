@@ -364,8 +364,12 @@ def test_bad_input(env) -> None:
             "over-cap", ["specd", "serve"], ["--model", "smollm2-135m"]))
         wait_for(lambda: env.events("over-cap", "ProcessCapReached"),
                  "a ProcessCapReached event", timeout=30)
-        pod = env.core.read_namespaced_pod("over-cap", env.ns)
-        ready = {c.type: c for c in pod.status.conditions}["Ready"]
+        def ready_condition():  # the Event can land before the status patch
+            pod = env.core.read_namespaced_pod("over-cap", env.ns)
+            return {c.type: c for c in pod.status.conditions or []}.get("Ready")
+
+        ready = wait_for(lambda: (c := ready_condition()) and c.reason == "ProcessCapReached"
+                         and c, "the pod's Ready condition to say why", timeout=30)
         assert ready.status == "False" and ready.reason == "ProcessCapReached"
         assert "at most" in ready.message
         entry = wait_for(lambda: env.cluster.runner_state().pod(env.ns, "over-cap"),
