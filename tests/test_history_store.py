@@ -1,14 +1,10 @@
 """The history store on SQLite and on a real PostgreSQL (Debian's binaries, a throwaway
-server): upgrade head from empty, the models and the migrations agree, idempotent writes, a
-full rollout's rows read back, downgrade base; `specd db` on the command line."""
+server: conftest's ``postgres``): upgrade head from empty, the models and the migrations
+agree, idempotent writes, a full rollout's rows read back, downgrade base; `specd db` on the
+command line."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,47 +14,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from specd.cli import main as specd_main
-from specd.cluster import processes
 from specd.operator.history import store
 from specd.operator.history.models import Base
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 TABLES = {"rollouts", "rollout_events", "analysis_measurements", "policy_changes"}
-
-
-def _pg_bin() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not found:
-        raise RuntimeError("PostgreSQL binaries not found: install Debian's 'postgresql' "
-                           "package (make apt)")
-    return found[-1].parent
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    """A throwaway PostgreSQL on 127.0.0.1 (as the postgres user when run as root)."""
-    bin_dir, port = _pg_bin(), processes.free_ports(1)[0]
-    # its own directory: pytest's are private to the user running the tests
-    root = Path(tempfile.mkdtemp(prefix="specd-pg-"))
-    data = root / "data"
-    data.mkdir()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        for path in (root, data):
-            shutil.chown(path, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-
-    def pg(*argv: str) -> None:
-        subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)
-
-    pg(str(bin_dir / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres")
-    pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(data / "log"), "-w", "-o",
-       f"-h 127.0.0.1 -p {port} -k {data}", "start")
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -96,6 +96,13 @@ class Recorder:
                         time.sleep(self.backoff_s * 2 ** attempt)
 
 
+def _by_a_user(event: Any) -> bool:
+    """A person's control caused it: promote, resume, retry, and the rollback of an abort
+    (the operator's own rollbacks read "AnalysisFailed: ...", "InconclusiveAnalysis: ...")."""
+    return event.reason in CONTROL_EVENTS or (
+        event.reason == "RolledBack" and event.message.startswith("Aborted:"))
+
+
 def _when(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
 
@@ -129,8 +136,9 @@ def tick_writes(owner: dict[str, Any], before: RolloutState, plan: Plan,
         target = previous if event.reason in OUTCOMES and previous else current or previous
         if event.reason == "RolloutRestarted" and previous is not None:
             def superseded(store: HistoryStore, previous: Any = previous) -> None:
+                # a rollout already rolled back (aborted) keeps its outcome
                 store.finish(previous(store), at=at, outcome="Superseded",
-                             message="a newer revision was rolled out")
+                             message="a newer revision was rolled out", if_open=True)
             writes.append(("superseded rollout", superseded))
         if target is None:
             continue
@@ -139,7 +147,7 @@ def tick_writes(owner: dict[str, Any], before: RolloutState, plan: Plan,
             rollout_id = target(store)
             store.event(rollout_id, at=at, step=plan.state.step if event.reason not in
                         OUTCOMES else before.step, weight=plan.weight, action=event.reason,
-                        actor=actor if event.reason in CONTROL_EVENTS else "specd-operator",
+                        actor=actor if _by_a_user(event) else "specd-operator",
                         reason=event.message)
             if event.reason in OUTCOMES:
                 store.finish(rollout_id, at=at, outcome=OUTCOMES[event.reason],

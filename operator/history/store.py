@@ -18,10 +18,18 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from specd.operator.history import queries
 from specd.operator.history.models import Measurement, PolicyChange, Rollout, RolloutEvent
+
+
+def masked_url(url: str) -> str:
+    """``url`` as it may be printed: its password, if any, as ``***`` (raises
+    ``sqlalchemy.exc.ArgumentError`` for what is not a database URL)."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def alembic_config(url: str) -> Config:
@@ -107,11 +115,12 @@ class HistoryStore:
             stable=stable, value=value, query=query, message=message))
 
     def finish(self, rollout_id: int, *, at: datetime | None, outcome: str | None,
-               message: str = "") -> None:
-        """Set how the rollout ended (the latest word wins: a retry reopens it with None)."""
+               message: str = "", if_open: bool = False) -> None:
+        """Set how the rollout ended (the latest word wins: a retry reopens it with None;
+        ``if_open``: only if it has not ended, so a rolled-back rollout stays RolledBack)."""
         with self._session() as session:
             row = session.get(Rollout, rollout_id)
-            if row is not None:
+            if row is not None and not (if_open and row.outcome is not None):
                 row.ended_at, row.outcome, row.message = at, outcome, message or None
 
     def policy_change(self, *, namespace: str, service: str, uid: str, task_group: str,
@@ -124,6 +133,17 @@ class HistoryStore:
             applied=int(applied)))
 
     # ---- reads -----------------------------------------------------------------------------
+
+    def rollouts(self, namespace: str, service: str, *, measurements: bool = False,
+                 limit: int | None = None) -> list[queries.RolloutRecord]:
+        """Past and current rollouts, newest first, as dataclasses (``queries``)."""
+        with self._session() as session:
+            return queries.rollout_history(session, namespace, service,
+                                           measurements=measurements, limit=limit)
+
+    def rollout_count(self, namespace: str, service: str) -> int:
+        with self._session() as session:
+            return queries.rollout_count(session, namespace, service)
 
     def history(self, namespace: str, service: str) -> list[dict[str, Any]]:
         """Past and current rollouts of one service, newest first, with their events."""

@@ -23,13 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, OperationalError
 
     from specd.operator.history import store
 
     try:
-        shown = make_url(args.url).render_as_string(hide_password=True)
+        shown = store.masked_url(args.url)
     except ArgumentError as exc:
         raise SpecdError(f"not a database URL: {exc}") from exc
 

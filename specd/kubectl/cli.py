@@ -6,17 +6,31 @@
                                                       back, 2 timeout, 3 still progressing
                                                       (4: the API refused, e.g. 403)
     kubectl specd promote NAME [--full] | pause NAME | resume NAME | abort NAME | retry NAME
-    kubectl specd history NAME                        the object's rollout events
+    kubectl specd history NAME --history-url URL [--measurements] [--limit N]
+                                                      every past rollout from the history
+                                                      store (4: the store cannot be read)
+    kubectl specd history NAME                        without a URL: the object's Events
 
 Credentials and namespace come from the kubeconfig as kubectl reads them (``--kubeconfig``,
 ``$KUBECONFIG``, ``--context``, the context's namespace). Every control is one merge patch
 from ``specd.operator.rollout.controls``, recorded with the kubeconfig user as the actor.
+
+``history`` reads the operator's history store (``specd operator --history-url``; here
+``--history-url`` or ``$SPECD_HISTORY_URL``: ``sqlite:///FILE`` or
+``postgresql+psycopg://USER@HOST:PORT/DB``) through ``specd.operator.history.queries``: one
+block per rollout, newest first (start, stable -> canary, outcome Promoted / RolledBack /
+Cleared / Superseded / in progress, duration, who promoted or aborted), then its events
+(time, step, weight, action, actor, reason) and, with ``--measurements``, its analysis
+measurements. URLs are printed with the password masked. Without a store it prints the
+object's Kubernetes Events (the API server keeps them for about an hour) and says so on
+stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -28,6 +42,7 @@ from specd.kubectl import render
 
 CONTROLS = {"promote": "promote", "pause": "pause", "resume": "resume", "abort": "abort",
             "retry": "retry"}
+EXIT_API_ERROR = 4  # the API refused, or the history store cannot be read
 DONE = {"promote": "promoted", "promote-full": "promoted to the end", "pause": "paused",
         "resume": "resumed", "abort": "aborted", "retry": "retrying"}
 
@@ -44,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     for verb, text in (("get", "one service: steps, weights, the latest analysis"),
                        ("status", "healthy (0), degraded or rolled back (1), timeout (2), "
                                   "progressing (3)"),
-                       ("history", "the service's rollout events")):
+                       ("history", "the service's past rollouts and their events")):
         sub = verbs.add_parser(verb, help=text)
         sub.add_argument("name")
         if verb in ("get", "status"):
@@ -52,6 +67,15 @@ def parser() -> argparse.ArgumentParser:
         if verb == "status":
             sub.add_argument("--timeout", default="10m",
                              help="with --watch: give up after this long (default 10m)")
+        if verb == "history":
+            sub.add_argument("--history-url", default=None, metavar="URL",
+                             help="the operator's history store: sqlite:///FILE or "
+                                  "postgresql+psycopg://USER@HOST:PORT/DB [env "
+                                  "SPECD_HISTORY_URL]; without it, the object's Events")
+            sub.add_argument("--measurements", action="store_true",
+                             help="also each rollout's analysis measurements")
+            sub.add_argument("--limit", type=int, default=20, metavar="N",
+                             help="the newest N rollouts (default 20; 0: all)")
     for verb, text in (("promote", "go to the next step (--full: to the end)"),
                        ("pause", "hold the rollout where it is"),
                        ("resume", "continue a paused rollout"),
@@ -64,16 +88,33 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _context(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+    from kubernetes import config
+
+    contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+    chosen = next((c for c in contexts if c["name"] == context), active) if context \
+        else active
+    return dict(chosen.get("context") or {})
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The context's namespace, as kubectl picks it; "default" without a kubeconfig."""
+    from kubernetes.config import ConfigException
+
+    try:
+        return _context(kubeconfig, context).get("namespace") or "default"
+    except ConfigException:
+        return "default"
+
+
 class Client:
     def __init__(self, kubeconfig: str | None, context: str | None) -> None:
         from kubernetes import client, config
 
         self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-        chosen = next((c for c in contexts if c["name"] == context), active) if context \
-            else active
-        self.default_namespace = (chosen.get("context") or {}).get("namespace") or "default"
-        self.user = (chosen.get("context") or {}).get("user") or getpass.getuser()
+        chosen = _context(kubeconfig, context)
+        self.default_namespace = chosen.get("namespace") or "default"
+        self.user = chosen.get("user") or getpass.getuser()
         self.custom = client.CustomObjectsApi(self.api)
         self.core = client.CoreV1Api(self.api)
 
@@ -102,6 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specd.operator.rollout.canary import parse_duration
 
     args = parser().parse_args(argv)
+    if args.verb == "history":
+        url = args.history_url or os.environ.get("SPECD_HISTORY_URL")
+        if url and url != "none":  # "none": the operator's word for no store
+            return history_from_store(
+                url, args.namespace or default_namespace(args.kubeconfig, args.context),
+                args.name, measurements=args.measurements, limit=args.limit or None)
     try:
         kube = Client(args.kubeconfig, args.context)
         namespace = args.namespace or kube.default_namespace
@@ -121,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.verb == "history":
             print(render.history(kube.events(namespace, args.name)))
+            print("note: these are the object's Kubernetes Events (kept about an hour); the "
+                  "history store has every rollout: --history-url URL or $SPECD_HISTORY_URL",
+                  file=sys.stderr)
             return 0
         if args.verb == "get":
             while True:
@@ -144,9 +194,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApiException as exc:
         reason = "permission denied" if exc.status == 403 else (exc.reason or "error")
         print(f"error: {reason} ({exc.status}): {_message(exc)}", file=sys.stderr)
-        return 4
+        return EXIT_API_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def history_from_store(url: str, namespace: str, name: str, *, measurements: bool = False,
+                       limit: int | None = None) -> int:
+    """``kubectl specd history NAME --history-url URL``: 0, 2 (not a URL), 4 (unreadable)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from specd.operator.history import store
+
+    try:
+        shown = store.masked_url(url)
+    except ArgumentError as exc:
+        print(f"error: --history-url is not a database URL: {exc}", file=sys.stderr)
+        return 2
+    parsed = make_url(url)
+    password = parsed.password
+
+    def fail(why: str) -> int:
+        why = why.replace(str(password), "***") if password else why
+        print(f"error: history store {shown} cannot be read: {why}", file=sys.stderr)
+        return EXIT_API_ERROR
+
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and \
+            not parsed.query.get("uri") and not os.path.isfile(database):
+        return fail("no such file (reading never creates one)")
+    try:
+        history = store.HistoryStore(url)
+    except (SQLAlchemyError, ImportError) as exc:  # e.g. an unknown dialect or no driver
+        return fail(str(exc).splitlines()[0])
+    try:
+        rollouts = history.rollouts(namespace, name, measurements=measurements, limit=limit)
+        total = history.rollout_count(namespace, name) if limit and len(rollouts) >= limit \
+            else len(rollouts)
+    except SQLAlchemyError as exc:
+        why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        if "no such table" in why or ("relation" in why and "does not exist" in why):
+            why += f" (not migrated: specd db upgrade {shown})"
+        return fail(why)
+    finally:
+        history.close()
+    if not rollouts:
+        print(f"no rollouts of {namespace}/{name} in the history store {shown}")
+        return 0
+    print(f"{namespace}/{name}: {total} rollout{'s' if total != 1 else ''}, newest first "
+          f"(history store {shown})\n")
+    print(render.rollout_history(rollouts, datetime.now(UTC), measurements=measurements,
+                                 total=total))
+    return 0
 
 
 def _message(exc: Any) -> str:

@@ -1,4 +1,5 @@
-"""What ``kubectl specd`` prints, from SpeculativeService objects and Events (pure)."""
+"""What ``kubectl specd`` prints, from SpeculativeService objects, Events and the history
+store's records (pure)."""
 
 from __future__ import annotations
 
@@ -136,3 +137,77 @@ def history(events: Sequence[Obj]) -> str:
                      event.get("type", ""), event.get("reason", ""),
                      (event.get("message") or "").replace("\n", " ")[:160]])
     return table(rows) if len(rows) > 1 else "no events (Kubernetes keeps them for an hour)"
+
+
+# ---- the history store (``kubectl specd history --history-url``) ----------------------------
+
+
+def _when(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(delta: Any) -> str:
+    """``timedelta`` -> 45s, 5m03s, 2h07m, 3d04h."""
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def _indent(text: str, by: str = "    ") -> str:
+    return "\n".join(by + line for line in text.splitlines())
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def rollout_history(rollouts: Sequence[Any], now: datetime, *, measurements: bool = False,
+                    total: int | None = None, reason_width: int = 100) -> str:
+    """Rollouts from the history store (``specd.operator.history.queries.RolloutRecord``),
+    newest first: one header line each (start, stable -> canary, outcome, duration, who
+    decided), then its events and, with ``measurements``, its analysis measurements.
+    An event's STEP is the step the rollout was at after it, 1-based as ``kubectl specd
+    get`` and the events' messages count (one past the last step: promoting, promoted)."""
+    if not rollouts:
+        return "no rollouts recorded"
+    blocks = []
+    for r in rollouts:
+        if r.in_progress:
+            outcome, took = "in progress", f"running {duration(r.duration(now))}"
+        else:
+            outcome = r.outcome
+            took = duration(r.duration()) if r.ended_at else "-"
+        head = f"{_when(r.started_at)}  {r.stable} -> {r.canary}  {outcome}  {took}"
+        if r.decided_by:
+            head += f"  by {r.decided_by}"
+        lines = [head]
+        last = r.events[-1].reason if r.events else None
+        if r.message and not r.in_progress and r.message != last:
+            lines.append(f"    {r.message.splitlines()[0][:reason_width]}")
+        rows = [["TIME", "STEP", "WEIGHT", "ACTION", "ACTOR", "REASON"]]
+        for e in r.events:
+            rows.append([_when(e.at), str(e.step + 1), f"{e.weight}%", e.action,
+                         e.actor or "-", (e.reason or "").replace("\n", " ")[:reason_width]])
+        lines.append(_indent(table(rows)) if len(rows) > 1 else "    no events recorded")
+        if measurements and r.measurements:
+            rows = [["TIME", "STEP", "NAME", "METRIC", "GROUP", "CANARY", "STABLE", "VALUE",
+                     "VERDICT"]]
+            for m in r.measurements:
+                rows.append([_when(m.at), str(m.step + 1), m.name, m.metric,
+                             m.task_group or "all", _num(m.canary), _num(m.stable),
+                             _num(m.value), m.verdict])
+            lines += [f"    Measurements ({len(r.measurements)}):", _indent(table(rows))]
+        elif r.measurement_count:
+            plural = "s" if r.measurement_count != 1 else ""
+            lines.append(f"    {r.measurement_count} analysis measurement{plural} "
+                         f"(--measurements shows them)")
+        blocks.append("\n".join(lines))
+    text = "\n\n".join(blocks)
+    if total is not None and total > len(rollouts):
+        text += (f"\n\n(the newest {len(rollouts)} of {total} rollouts; --limit N shows more)")
+    return text
