@@ -109,12 +109,32 @@ class AnalysisMetric(_Spec):
     by_task_group: bool = False
 
 
+# Lossless probes' default prompts: short, varied (chat, code, structured fields, Chinese),
+# so a changed target shows within a few greedy tokens.
+DEFAULT_PROBE_PROMPTS = (
+    "The three primary colours are",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    '{"name": "Ada Lovelace", "born": 1815, "known_for": "',
+    "请用一句话介绍长城：",
+)
+
+
+class ProbeSpec(_Spec):
+    """Lossless probes: the same greedy prompts to one canary and one stable pod, compared
+    token by token (operator/analysis/probes.py)."""
+
+    prompts: list[str] = Field(default_factory=lambda: list(DEFAULT_PROBE_PROMPTS))
+    max_tokens: int = 32
+    near_tie_gap: float = 0.1
+
+
 class AnalysisSpec(_Spec):
     interval: str = "1m"
     failure_limit: int = 0
     inconclusive_limit: int = 1
     min_samples: int = 20
     metrics: list[AnalysisMetric] = Field(default_factory=list)
+    probes: ProbeSpec | None = None
 
 
 class PromoteRequest(_Spec):
@@ -124,6 +144,9 @@ class PromoteRequest(_Spec):
 
 class RolloutSpec(_Spec):
     strategy: Literal["RollingUpdate", "Canary"] = "RollingUpdate"
+    # Canary: a verification-only edit goes through the canary steps too (its own track and
+    # policy ConfigMap); Direct: it is hot-reloaded by every worker at once
+    policy_changes: Literal["Direct", "Canary"] = "Direct"
     steps: list[CanaryStep] = Field(default_factory=list)
     analysis: AnalysisSpec | None = None
     inconclusive_policy: Literal["Pause", "Rollback", "Promote"] = "Pause"

@@ -31,6 +31,7 @@ from specd.api.policy import Policy
 from specd.api.spec import ServiceSpec, parse_spec
 from specd.operator import metrics
 from specd.operator.analysis.judge import Result
+from specd.operator.analysis.probe_client import AddressMap, ProbeClient
 from specd.operator.analysis.provider import MetricProvider, PrometheusProvider
 from specd.operator.analysis.run import run as run_analysis
 from specd.operator.analysis.run import window as analysis_window
@@ -40,7 +41,7 @@ from specd.operator.kube import Kube, TransientError, classify
 from specd.operator.manifests import desired_children, revision
 from specd.operator.rollout import children
 from specd.operator.rollout.canary import Config as CanaryConfig
-from specd.operator.rollout.canary import Measurement, Plan, advance
+from specd.operator.rollout.canary import Measurement, Plan, Seen, advance
 from specd.operator.rollout.state import RolloutState, from_status
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
 
@@ -57,6 +58,7 @@ class OperatorConfig:
     prometheus_url: str | None = None
     history_url: str | None = None
     migrate: bool = True
+    pod_address_map: str | None = None  # "podIP:port" -> "host:port" for the probes
 
 
 def now() -> str:
@@ -87,9 +89,10 @@ class Reconciler:
     """The operator core, independent of kopf's plumbing (kopf handlers call into it)."""
 
     def __init__(self, kube: Kube, provider: MetricProvider | None = None,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, probes: ProbeClient | None = None) -> None:
         self.kube = kube
         self.provider = provider
+        self.probes = probes or ProbeClient(kube)
         self.recorder = recorder
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -251,32 +254,36 @@ class Reconciler:
     def _canary(self, owner: dict[str, Any], spec: ServiceSpec, rev: str) -> Tick:
         """One tick of the canary state machine, from the object as it is now."""
         namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        by_policy = spec.rollout.policy_changes == "Canary"
         deployments = self.kube.list_deployments(namespace, name)
+        configmaps = self.kube.list_configmaps(namespace, name) if by_policy else []
+        observed = children.seen(deployments, configmaps, by_policy)
         status = owner.get("status") or {}
-        state = children.initial_state(status, from_status(status.get("rollout")))
+        state = children.initial_state(status, from_status(status.get("rollout")), observed,
+                                       by_policy)
         config = CanaryConfig.from_spec(spec.rollout)
+        desired = children.version(rev, spec.policy(), by_policy)
         results: list[Result] = []
         at = time.time()
-        plan = advance(config, spec.replicas, rev, state, children.seen(deployments), at,
+        plan = advance(config, spec.replicas, desired, state, observed, at,
                        self.measure(owner, spec, results) if config.analysis else None)
-        return Tick(plan, children.actions(owner, spec, rev, plan, deployments), results,
-                    state, at, analysis_window(spec.rollout.analysis)
-                    if spec.rollout.analysis else "")
+        return Tick(plan, children.actions(owner, spec, desired, plan, deployments, by_policy),
+                    results, state, at, analysis_window(spec.rollout.analysis)
+                    if spec.rollout.analysis else "", observed)
 
     def measure(self, owner: dict[str, Any], spec: ServiceSpec,
                 results: list[Result]) -> Callable[[], Measurement]:
-        """The step's analysis against Prometheus, canary against stable; ``results`` gets
-        every metric's result for the status. Without a Prometheus (``--prometheus-url``)
-        a measurement is an Error, never a pass."""
+        """The step's analysis against Prometheus, canary against stable, and the lossless
+        probes; ``results`` gets every result for the status. Without a Prometheus
+        (``--prometheus-url``) a metric measures Error, never a pass."""
         namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
 
         def run() -> Measurement:
             analysis = spec.rollout.analysis
             assert analysis is not None
-            if self.provider is None:
-                return Measurement("Error", "no Prometheus to analyse with "
-                                            "(specd operator --prometheus-url)")
-            measurement, found = run_analysis(analysis, self.provider, namespace, name)
+            probe = (lambda: self.probes.run(analysis.probes, namespace, name)) \
+                if analysis.probes is not None else None
+            measurement, found = run_analysis(analysis, self.provider, namespace, name, probe)
             results.extend(found)
             for result in found:
                 metrics.MEASUREMENTS.labels(verdict=result.verdict).inc()
@@ -341,7 +348,7 @@ class Reconciler:
 @dataclass(frozen=True)
 class Tick:
     """One rollout tick: the plan, the children it implies, the analysis it ran, the state it
-    started from, when, and the analysis window."""
+    started from, when, the analysis window and what the tracks ran."""
 
     plan: Plan
     steps: list[children.Action]
@@ -349,6 +356,7 @@ class Tick:
     before: RolloutState
     now: float
     window: str
+    seen: Seen  # what the tracks ran when the tick was planned
 
 
 def _tick_guard(owner: dict[str, Any]) -> str:
@@ -421,7 +429,9 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         settings.watching.client_timeout = 330
         api = make_api_client(cfg.kubeconfig, pool=cfg.max_workers + 4)
         provider = PrometheusProvider(cfg.prometheus_url) if cfg.prometheus_url else None
-        holder["reconciler"] = Reconciler(Kube(api), provider, open_history(cfg))
+        kube = Kube(api)
+        holder["reconciler"] = Reconciler(kube, provider, open_history(cfg),
+                                          ProbeClient(kube, AddressMap(cfg.pod_address_map)))
 
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

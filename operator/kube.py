@@ -100,6 +100,22 @@ class Kube:
             _request_timeout=REQUEST_TIMEOUT)
         return list(_json(response).get("items", []))
 
+    def list_configmaps(self, namespace: str, service: str) -> list[dict[str, Any]]:
+        """The service's policy ConfigMaps (what policy each track runs)."""
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(service).items())
+        response = self.core.list_namespaced_config_map(
+            namespace, label_selector=selector, _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT)
+        return list(_json(response).get("items", []))
+
+    def list_pods(self, namespace: str, service: str, track: str) -> list[dict[str, Any]]:
+        """One track's pods (the lossless probes pick a Ready one)."""
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(service, track).items())
+        response = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT)
+        return list(_json(response).get("items", []))
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any],
                      resource_version: str | None = None) -> None:
         """Merge-patch ``.status``; with ``resource_version`` it fails with 409 when the

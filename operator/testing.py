@@ -100,6 +100,8 @@ def operator_for_namespace(cluster: Any, workdir: Path, prefix: str,
     namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(cluster.api_client())
     core.create_namespace({"metadata": {"name": namespace}})
+    # the probes reach pods through the runner's loopback ports
+    extra = ("--pod-address-map", str(cluster.pod_address_map), *extra)
     operator = OperatorProcess(kubeconfig, workdir / "operator.log", namespaces=(namespace,),
                                extra=extra)
     try:

@@ -121,3 +121,29 @@ def test_a_run_with_no_traffic_or_a_refused_query_is_never_a_pass() -> None:
     measurement, results = run(analysis, Recorded({}, [], fail="bad("), "ns", "svc")
     assert results[1].verdict == "Error" and "bad_data" in results[1].message
     assert measurement.verdict == "Error"
+
+
+def test_the_probes_join_the_run_and_a_failed_probe_fails_it() -> None:
+    analysis = AnalysisSpec.model_validate({"metrics": [
+        {"name": "tps", "metric": "tokensPerSecond", "min": 0.9}], "probes": {}})
+    assert analysis.probes is not None and len(analysis.probes.prompts) == 4
+    values = {("canary", None): 20.0, ("stable", None): 20.0}
+    passed = Result("lossless", "losslessProbe", None, "Successful", "lossless: 4 probes")
+    failed = Result("lossless", "losslessProbe", None, "Failed", "lossless: probe 2 differs")
+    measurement, results = run(analysis, Recorded(values, []), "ns", "svc", lambda: passed)
+    assert [r.metric for r in results] == ["losslessProbe", "tokensPerSecond"]
+    assert measurement.verdict == "Successful"
+    measurement, _ = run(analysis, Recorded(values, []), "ns", "svc", lambda: failed)
+    assert measurement.verdict == "Failed" and "probe 2" in measurement.message
+
+
+def test_without_prometheus_metrics_are_errors_but_probes_still_run() -> None:
+    analysis = AnalysisSpec.model_validate({"metrics": [
+        {"name": "tps", "metric": "tokensPerSecond", "min": 0.9}], "probes": {}})
+    probe = Result("lossless", "losslessProbe", None, "Successful", "lossless: ok")
+    measurement, results = run(analysis, None, "ns", "svc", lambda: probe)
+    assert [r.verdict for r in results] == ["Successful", "Error"]
+    assert measurement.verdict == "Error" and "--prometheus-url" in measurement.message
+    only_probes = AnalysisSpec.model_validate({"probes": {"prompts": ["hi"]}})
+    measurement, results = run(only_probes, None, "ns", "svc", lambda: probe)
+    assert measurement.verdict == "Successful" and len(results) == 1

@@ -118,3 +118,69 @@ def test_rollout_gauges_follow_the_phase_and_go_with_the_service() -> None:
     assert 'specd_operator_rollout_set_weight{namespace="ns",service="gauged"} 50.0' in text
     metrics.record_rollout("ns", "gauged", None, 0, 0)
     assert 'service="gauged"' not in generate_latest(metrics.REGISTRY).decode()
+
+
+# ---- policy canaries (spec.rollout.policyChanges: Canary) -------------------------------
+
+OLD_POLICY = SPEC.policy().model_copy(update={"mode": "fixed", "fixed_length": 2})
+
+
+def configmap(track: str, policy) -> dict:
+    return manifests.build_configmap(OWNER, track, policy)
+
+
+def test_a_policy_canary_versions_carry_the_policy_the_track_runs() -> None:
+    new = children.version(REV, SPEC.policy(), by_policy=True)
+    old = children.version(REV, OLD_POLICY, by_policy=True)
+    assert new != old and children.revision_of(new) == children.revision_of(old) == REV
+    assert children.version(REV, SPEC.policy(), by_policy=False) == REV
+    observed = children.seen([deployment("stable", REV, 2, 2), deployment("canary", REV, 1, 1)],
+                             [configmap("stable", OLD_POLICY), configmap("canary", SPEC.policy())],
+                             by_policy=True)
+    assert observed == Seen(old, 2, new, 1)
+    # without policy canaries the policy is not part of what a track runs
+    assert children.seen([deployment("stable", REV, 2, 2)], [configmap("stable", OLD_POLICY)]
+                         ).stable_version == REV
+
+
+def test_mid_policy_canary_the_stable_configmap_keeps_the_old_policy() -> None:
+    new = children.version(REV, SPEC.policy(), by_policy=True)
+    old = children.version(REV, OLD_POLICY, by_policy=True)
+    plan = Plan(Track(old, 1), Track(new, 1), RolloutState(stable=old, canary=new), weight=50)
+    steps = children.actions(OWNER, SPEC, new, plan, [deployment("stable", REV, 2, 2)],
+                             by_policy=True)
+    applied = [(s.manifest["kind"], s.manifest["metadata"]["name"]) for s in steps
+               if isinstance(s, children.Apply)]
+    assert ("ConfigMap", "svc-stable-policy") not in applied  # stable keeps the old policy
+    assert ("ConfigMap", "svc-canary-policy") in applied
+    assert ("Deployment", "svc-stable") in applied  # same revision: re-applied, same template
+    canary = next(s.manifest for s in steps if isinstance(s, children.Apply)
+                  and s.manifest["metadata"]["name"] == "svc-canary")
+    assert canary["spec"]["template"]["metadata"]["labels"][k8s.LABEL_REVISION] == REV
+    # promotion: the stable track takes the new version, its ConfigMap the new policy
+    promote = Plan(Track(new, 2), Track(new, 1), RolloutState(stable=old, canary=new), 100)
+    written = [s.manifest for s in children.actions(OWNER, SPEC, new, promote, [],
+                                                    by_policy=True)
+               if isinstance(s, children.Apply) and s.manifest["kind"] == "ConfigMap"]
+    assert {m["metadata"]["name"] for m in written} == {"svc-stable-policy", "svc-canary-policy"}
+    assert all(m["metadata"]["annotations"][manifests.POLICY_VERSION_ANNOTATION]
+               == SPEC.policy().version() for m in written)
+
+
+def test_switching_policy_changes_re_expresses_versions_instead_of_rolling() -> None:
+    old = children.version(REV, OLD_POLICY, by_policy=True)
+    running = Seen(old, 2)
+    # Direct -> Canary: the recorded revision gains the policy the stable track runs
+    state = children.initial_state({}, RolloutState(stable=REV, phase="Healthy"), running,
+                                   by_policy=True)
+    assert state.stable == old
+    # from a status that only names the revision (a service switching to Canary)
+    assert children.initial_state({"stableRevision": REV}, RolloutState(), running,
+                                  by_policy=True).stable == old
+    # Canary -> Direct: the policy part is dropped
+    back = children.initial_state({}, RolloutState(stable=old, canary=old), Seen(REV, 2),
+                                  by_policy=False)
+    assert (back.stable, back.canary) == (REV, REV)
+    # another revision running: nothing to re-express
+    other = children.initial_state({}, RolloutState(stable="other"), running, by_policy=True)
+    assert other.stable == "other"

@@ -1,6 +1,6 @@
 """One analysis run: every configured metric, per task group where asked, canary against
-stable over the same window -> one Measurement for the state machine and the per-metric
-results for the status and the history."""
+stable over the same window, and the lossless probes -> one Measurement for the state
+machine and the per-metric results for the status and the history."""
 
 from __future__ import annotations
 
@@ -20,10 +20,18 @@ def window(analysis: AnalysisSpec) -> str:
     return f"{int(seconds)}s"
 
 
-def run(analysis: AnalysisSpec, provider: MetricProvider, namespace: str,
-        service: str) -> tuple[Measurement, list[Result]]:
+def run(analysis: AnalysisSpec, provider: MetricProvider | None, namespace: str,
+        service: str, probes: Callable[[], Result] | None = None
+        ) -> tuple[Measurement, list[Result]]:
+    """Every metric (per task group where asked) and, with ``probes``, the lossless probes.
+    Without a provider (no ``--prometheus-url``) each metric is an Error, never a pass."""
     span = window(analysis)
-    results: list[Result] = []
+    results: list[Result] = [probes()] if probes is not None else []
+    if provider is None:
+        results += [Result(m.name, m.metric, None, "Error",
+                           f"{m.name}: no Prometheus to analyse with "
+                           "(specd operator --prometheus-url)") for m in analysis.metrics]
+        return combine(results), results
     groups: list[str] | None = None
 
     def task_groups() -> list[str]:

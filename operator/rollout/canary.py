@@ -92,7 +92,7 @@ class Config:
         analysis = rollout.analysis
         return cls(
             steps=tuple(steps),
-            analysis=bool(analysis and analysis.metrics),
+            analysis=bool(analysis and (analysis.metrics or analysis.probes is not None)),
             interval_s=parse_duration(analysis.interval) if analysis else 60.0,
             failure_limit=analysis.failure_limit if analysis else 0,
             inconclusive_limit=analysis.inconclusive_limit if analysis else 1,

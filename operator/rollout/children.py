@@ -8,16 +8,24 @@ spec pointing back at it). The canary track is applied from the spec at the plan
 with a policy ConfigMap of its own, and scaled to 0 once no rollout needs it: the operator
 never deletes (least privilege; garbage collection removes the children with their owner),
 as Argo Rollouts keeps scaled-down ReplicaSets.
+
+Versions. Under ``spec.rollout.policyChanges: Direct`` a track's version is its pod revision
+and a policy edit is hot-reloaded by both tracks at once. Under ``Canary`` it is
+``<revision>+<policy version>``: a verification-only edit changes the version, so it rolls out
+like a new revision -- the canary track runs it from its own ConfigMap while the stable
+ConfigMap is left as it is (it keeps the old policy) until promotion. What a track runs is
+read from its Deployment's revision and its ConfigMap's policy-version annotation.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specd.api import k8s
+from specd.api.policy import Policy
 from specd.api.spec import ServiceSpec
 from specd.operator import manifests
 from specd.operator.rollout.canary import Plan, Seen
@@ -40,38 +48,80 @@ class Scale:
 Action = Apply | Scale
 
 
+SEPARATOR = "+"  # between the revision and the policy version in a version
+
+
+def version(revision: str, policy: Policy, by_policy: bool) -> str:
+    """What a track must run: the revision, and with policy canaries the policy too."""
+    return f"{revision}{SEPARATOR}{policy.version()}" if by_policy else revision
+
+
+def revision_of(version: str) -> str:
+    return version.split(SEPARATOR, 1)[0]
+
+
 def track_of(deployment: Mapping[str, Any]) -> str | None:
     return (deployment.get("metadata", {}).get("labels") or {}).get(k8s.LABEL_TRACK)
 
 
-def seen(deployments: Sequence[Mapping[str, Any]]) -> Seen:
-    """Each track's revision and its replicas Ready at that revision."""
+def seen(deployments: Sequence[Mapping[str, Any]],
+         configmaps: Sequence[Mapping[str, Any]] = (), by_policy: bool = False) -> Seen:
+    """Each track's version and its replicas Ready at that version."""
     tracks = {track_of(d): track_state(d) for d in deployments}
+    policies = {track_of(c): ((c.get("metadata") or {}).get("annotations") or {}).get(
+        manifests.POLICY_VERSION_ANNOTATION) for c in configmaps}
 
     def ready(track: str) -> tuple[str | None, int]:
         state = tracks.get(track)
         if state is None:
             return None, 0
-        return state.revision, min(state.ready, state.updated) if state.current else 0
+        running = state.revision
+        if by_policy and running is not None and policies.get(track):
+            running = f"{running}{SEPARATOR}{policies[track]}"
+        return running, min(state.ready, state.updated) if state.current else 0
 
     stable_version, stable_ready = ready("stable")
     canary_version, canary_ready = ready("canary")
     return Seen(stable_version, stable_ready, canary_version, canary_ready)
 
 
-def initial_state(status: Mapping[str, Any] | None, from_status: RolloutState) -> RolloutState:
-    """A service switching to Canary keeps what it runs as the stable version."""
-    if from_status.stable is None and (status or {}).get("stableRevision"):
-        return RolloutState(stable=str(status["stableRevision"]))  # type: ignore[index]
-    return from_status
+def initial_state(status: Mapping[str, Any] | None, from_status: RolloutState,
+                  observed: Seen | None = None, by_policy: bool = False) -> RolloutState:
+    """The state to tick from. A service switching to Canary keeps what it runs as the stable
+    version; a switch of policyChanges re-expresses the recorded versions (adding the policy
+    the track runs, or dropping it) rather than starting a rollout of what already runs."""
+    state = from_status
+    if state.stable is None and (status or {}).get("stableRevision"):
+        state = RolloutState(stable=str(status["stableRevision"]))  # type: ignore[index]
+    observed = observed or Seen(None, 0)
+
+    def fix(recorded: str | None, running: str | None) -> str | None:
+        if recorded is None:
+            return None
+        if not by_policy:
+            return revision_of(recorded)
+        if SEPARATOR not in recorded and running and revision_of(running) == recorded:
+            return running
+        return recorded
+
+    stable = fix(state.stable, observed.stable_version)
+    canary = fix(state.canary, observed.canary_version)
+    if (stable, canary) == (state.stable, state.canary):
+        return state
+    return replace(state, stable=stable, canary=canary)
 
 
-def actions(owner: Mapping[str, Any], spec: ServiceSpec, revision: str, plan: Plan,
-            deployments: Sequence[Mapping[str, Any]]) -> list[Action]:
+def actions(owner: Mapping[str, Any], spec: ServiceSpec, desired: str, plan: Plan,
+            deployments: Sequence[Mapping[str, Any]], by_policy: bool = False) -> list[Action]:
+    """What to apply and scale for ``plan``; ``desired`` is the version the spec asks for."""
     service = owner["metadata"]["name"]
     policy = spec.policy()
-    out: list[Action] = [Apply(manifests.build_configmap(owner, "stable", policy))]
-    if plan.stable.version == revision:
+    revision = revision_of(desired)
+    out: list[Action] = []
+    if not by_policy or plan.stable.version == desired:
+        # with policy canaries the stable track keeps its policy until it takes the new one
+        out.append(Apply(manifests.build_configmap(owner, "stable", policy)))
+    if revision_of(plan.stable.version) == revision:
         out.append(Apply(manifests.build_deployment(owner, spec, "stable", plan.stable.replicas,
                                                     revision)))
     else:
@@ -83,7 +133,7 @@ def actions(owner: Mapping[str, Any], spec: ServiceSpec, revision: str, plan: Pl
     else:
         out.append(Apply(manifests.build_configmap(owner, "canary", policy)))
         out.append(Apply(manifests.build_deployment(owner, spec, "canary", plan.canary.replicas,
-                                                    plan.canary.version)))
+                                                    revision_of(plan.canary.version))))
     out.append(Apply(manifests.build_service(owner)))
     return out
 
@@ -92,14 +142,15 @@ def rollout_status(plan: Plan, observed: Seen) -> dict[str, Any]:
     """The status fields a canary rollout owns (merged over the core's)."""
     state = plan.state
     status: dict[str, Any] = {
-        "canaryRevision": state.canary if not state.aborted else None,
+        "canaryRevision": revision_of(state.canary) if state.canary and not state.aborted
+        else None,
         "canaryWeight": actual_weight(observed.stable_ready, observed.canary_ready)
         if state.canary else 0,
         "currentStep": state.step if state.canary else 0,
         "rollout": {**to_status(state), "setWeight": plan.weight if state.canary else 0},
     }
     if state.stable:
-        status["stableRevision"] = state.stable
+        status["stableRevision"] = revision_of(state.stable)
     return status
 
 

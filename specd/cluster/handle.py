@@ -84,6 +84,13 @@ class LocalCluster:
         return wait_for(url, f"a URL for service {namespace}/{name}", timeout=timeout)
 
     @property
+    def pod_address_map(self) -> Path:
+        """The runner's "podIP:port" -> loopback map (``specd operator --pod-address-map``)."""
+        from specd.cluster.runner.runner import ADDRESSES_FILE
+
+        return self.state_dir / "runner" / ADDRESSES_FILE
+
+    @property
     def prometheus_url(self) -> str:
         """The cluster's Prometheus, scraping every pod the runner runs (kubernetes_sd labels)."""
         import json

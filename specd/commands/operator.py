@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the history store: sqlite:///FILE (default "
                              "$XDG_STATE_HOME/specd/history.db) or postgresql+psycopg://...; "
                              "'none' keeps no history [env SPECD_HISTORY_URL]")
+    parser.add_argument("--pod-address-map", default=None, metavar="FILE",
+                        help="JSON object translating \"podIP:port\" to a reachable "
+                             "\"host:port\" for the lossless probes, when the operator runs "
+                             "outside the pod network (the local cluster's pod runner writes "
+                             "one); default: pods are reached at their IP")
     parser.add_argument("--no-migrate", action="store_true",
                         help="do not migrate the history store at start-up")
 
@@ -74,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                                       resync_seconds=args.resync, max_workers=args.workers,
                                       prometheus_url=args.prometheus_url,
                                       history_url=history_url(args.history_url),
-                                      migrate=not args.no_migrate))
+                                      migrate=not args.no_migrate,
+                                      pod_address_map=args.pod_address_map))
     try:
         metrics.serve(args.metrics_port, args.bind)
     except OSError as exc:

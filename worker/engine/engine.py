@@ -196,6 +196,24 @@ class Engine:
         return {"target": target, "kv_cache": self.core.cache.nbytes,
                 "drafter": self.drafter.nbytes()}
 
+    def score(self, token_ids: list[int], first: int) -> list[tuple[int, int, float]]:
+        """The target's own two best tokens and their logit gap for each position of
+        ``token_ids`` from ``first`` on: (top-1, top-2, logit(top-1) - logit(top-2)), from
+        one plain teacher-forced forward of the target (no drafter, a cache of its own, the
+        engine's kernels and dtype). Safe beside the round thread: it only reads weights."""
+        import torch
+
+        if not 1 <= first < len(token_ids):
+            raise EngineError(f"score: first must be in 1..{len(token_ids) - 1}, got {first}")
+        from specd.worker.engine.llama import Row
+
+        cache = self.runner.new_cache(1, len(token_ids) + 64)  # room for the runner's padding
+        out = self.runner.forward(cache, [Row(0, list(token_ids[:-1]), want="all")])
+        assert out.logits is not None
+        top = torch.topk(out.logits[first - 1:], 2, dim=-1)  # logits at j-1 predict token j
+        values, ids = top.values.tolist(), top.indices.tolist()
+        return [(i[0], i[1], v[0] - v[1]) for i, v in zip(ids, values, strict=True)]
+
     def generate(self, requests: list[GenerationRequest]) -> list[RequestOutput]:
         """Run the given requests to completion on the calling thread (tests, benchmarks)."""
         if self._thread is not None:

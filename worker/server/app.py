@@ -2,10 +2,11 @@
 
 ``create_app(engine, tokenizer, settings, registry)`` builds a FastAPI app:
 POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models,
-GET /healthz, GET /readyz, GET /metrics. Request handling is a straight line: validate ->
-tokenize -> check limits -> admit -> submit to the engine -> answer (JSON or SSE). Every
-refusal is an ``APIError`` answered in OpenAI's error shape; nothing a client sends may
-produce a 5xx.
+GET /healthz, GET /readyz, GET /metrics, and POST /specd/v1/probe (``probe``: greedy outputs
+with the target's top-2 gaps, for the operator's lossless probes). Request handling is a
+straight line: validate -> tokenize -> check limits -> admit -> submit to the engine ->
+answer (JSON or SSE). Every refusal is an ``APIError`` answered in OpenAI's error shape;
+nothing a client sends may produce a 5xx.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from specd.worker.server.openai_schema import (
     _Sampling,
 )
 from specd.worker.server.policy_watch import PolicyWatcher
+from specd.worker.server.probe import add_probe_route
 
 log = logging.getLogger("specd.worker.server")
 
@@ -438,6 +440,8 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
     async def models() -> ModelList:
         return ModelList(data=[ModelCard(id=settings.model_name, created=settings.created,
                                          max_model_len=settings.max_context)])
+
+    add_probe_route(app, server)  # POST /specd/v1/probe: the operator's lossless probes
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)
     async def completions(body: CompletionRequest, http: Request) -> Response:

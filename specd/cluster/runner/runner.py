@@ -41,6 +41,7 @@ from specd.cluster.runner.pod_worker import PodWorker, now_rfc3339
 log = logging.getLogger("specd.cluster.runner")
 
 LOOP_S = 0.5
+ADDRESSES_FILE = "pod-addresses.json"  # in the runner's directory (see _write_addresses)
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
@@ -91,6 +92,7 @@ class Runner:
         self._proxy_text = ""
         self._targets_text = ""
         self._state_text = ""
+        self._addresses_text = ""
         self.synced = threading.Event()
         self.stop = threading.Event()
 
@@ -299,7 +301,26 @@ class Runner:
             os.replace(tmp, self.targets_file)
             self._targets_text = text
 
+    def _write_addresses(self) -> None:
+        """``pod-addresses.json``: "podIP:containerPort" -> "127.0.0.1:port" for every running
+        pod, so a process outside the (fake) pod network reaches a pod by the address the
+        API gives for it (``specd operator --pod-address-map``)."""
+        addresses = {}
+        for worker in list(self.workers.values()):
+            if worker.process is None:
+                continue
+            ip = worker.pod_with_status()["status"]["podIP"]
+            for container_port, local in worker.ports.items():
+                addresses[f"{ip}:{container_port}"] = f"{processes.LOOPBACK}:{local}"
+        text = json.dumps(addresses, indent=1, sort_keys=True)
+        if text != self._addresses_text:
+            tmp = self.dir / "pod-addresses.json.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, self.dir / ADDRESSES_FILE)
+            self._addresses_text = text
+
     def _write_state(self) -> None:
+        self._write_addresses()
         state = {"capacity": self.capacity.describe(sum(self.slots.values())),
                  "pods": sorted((w.snapshot() for w in list(self.workers.values())),
                                 key=lambda s: (s["namespace"], s["pod"])),
