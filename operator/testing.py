@@ -8,6 +8,8 @@
   ports, log to a file), killable and restartable.
 - ``operator_for_namespace(cluster, workdir, prefix)``: all of the above for a fresh
   namespace: yields ``(namespace, operator)``, stops the operator and deletes the namespace.
+- ``Traffic(url)``: a bounded closed loop of requests through a Service URL (a context
+  manager), counting requests and failures.
 
 ``cluster`` is a ``specd.cluster.handle.LocalCluster`` (see specd.cluster.pytest_plugin).
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -191,3 +195,55 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+class Traffic:
+    """A bounded closed loop of chat requests through a Service URL (two task groups, chat and
+    code), counting every request and every failure; stops on exit."""
+
+    def __init__(self, url: str, concurrency: int = 2) -> None:
+        self.url, self.stop = url, threading.Event()
+        self.sent = self.failed = 0
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True)
+                        for i in range(concurrency)]
+
+    def loop(self, index: int) -> None:
+        import httpx
+
+        # groups drawn at random (seeded): alternating them in lock-step with the load
+        # balancer's round robin can send every request of a group to one track
+        rng = random.Random(index)
+        with httpx.Client(timeout=120) as http:
+            n = 0
+            while not self.stop.is_set():
+                group = rng.choice(("chat", "code"))
+                prompt = ("Write a short greeting." if group == "chat"
+                          else "Write a Python function that adds two numbers.")
+                try:
+                    response = http.post(f"{self.url}/v1/chat/completions",
+                                         headers={"X-Specd-Task-Group": group},
+                                         json={"model": "smollm2-135m", "max_tokens": 24,
+                                               "temperature": 0,
+                                               "messages": [{"role": "user", "content": prompt}]})
+                    ok = response.status_code == 200
+                    detail = f"{response.status_code} {response.text[:200]}"
+                except httpx.HTTPError as exc:
+                    ok, detail = False, f"{type(exc).__name__}: {exc}"
+                with self.lock:
+                    self.sent += 1
+                    if not ok:
+                        self.failed += 1
+                        self.errors.append(detail)
+                n += 1
+
+    def __enter__(self) -> Traffic:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=150)

@@ -27,20 +27,22 @@ def probe_url(target):
     from specd.worker.engine import Engine, EngineConfig
     from specd.worker.server.app import ServerSettings, create_app
 
+    registry = CollectorRegistry()
     engine = Engine(target, EngineConfig(drafter="semi-ar", max_slots=4, max_context=512,
                                          cost_profile="none"),
                     policy=Policy(mode="scheduled", k_max=3, fixed_length=3, max_verify=3),
-                    registry=CollectorRegistry())
+                    registry=registry)
     app = create_app(engine, target.tokenizer,
                      ServerSettings(model_name="smollm2-135m", max_context=448,
                                     manage_engine=False, revision="r-probe", track="canary"),
                      CollectorRegistry())
     background = BackgroundServers({"main": app}, engines=[engine])
-    yield background.url("main")
+    yield background.url("main"), registry
     background.stop()
 
 
 def test_probe_answers_greedy_tokens_with_the_targets_top2(probe_url, target) -> None:
+    probe_url, registry = probe_url
     response = httpx.post(f"{probe_url}/specd/v1/probe",
                           json={"prompts": PROMPTS, "max_tokens": 12}, timeout=300)
     assert response.status_code == 200, response.text
@@ -70,6 +72,17 @@ def test_probe_answers_greedy_tokens_with_the_targets_top2(probe_url, target) ->
         hf_gap = (top.values[:, 0] - top.values[:, 1]).tolist()
         assert result["top1"] == top.indices[:, 0].tolist()
         assert max(abs(a - b) for a, b in zip(hf_gap, result["gap"], strict=True)) < 1e-2
+    # probes are not traffic: the engine ran rounds for them, but no request, latency or
+    # TPOT sample exists for canary analysis to read
+    assert total(registry, "specd_rounds", "_total") > 0
+    for family in ("specd_requests", "specd_request_latency_seconds",
+                   "specd_time_per_output_token_seconds", "specd_time_to_first_token_seconds"):
+        assert total(registry, family, ("_total", "_count")) == 0, family
+
+
+def total(registry, family: str, suffix) -> float:
+    return sum(s.value for m in registry.collect() if m.name == family for s in m.samples
+               if s.name.endswith(suffix))
 
 
 @pytest.mark.parametrize(("body", "status", "field"), [
@@ -81,6 +94,6 @@ def test_probe_answers_greedy_tokens_with_the_targets_top2(probe_url, target) ->
     ({"prompts": ["hi"], "max_tokens": 256, "unused": 1}, 422, "unused"),
 ])
 def test_bad_probe_requests_name_the_field(probe_url, body, status, field) -> None:
-    response = httpx.post(f"{probe_url}/specd/v1/probe", json=body, timeout=60)
+    response = httpx.post(f"{probe_url[0]}/specd/v1/probe", json=body, timeout=60)
     assert response.status_code == status, response.text
     assert field in response.text

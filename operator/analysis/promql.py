@@ -73,12 +73,14 @@ def query(metric: str, scope: Scope, custom: str | None = None) -> str:
         return _quantile(0.95, m.TIME_TO_FIRST_TOKEN_SECONDS, scope)
     if metric == "timePerOutputTokenP95":
         return _quantile(0.95, m.TIME_PER_OUTPUT_TOKEN_SECONDS, scope)
+    # a counter that never moved has no series: with requests in the window that is a rate
+    # of 0, not "no data" (without requests the denominator is empty: Inconclusive)
     if metric == "errorRate":
-        return _ratio(_rate(f"{m.REQUESTS}_total", scope, 'outcome=~"error|rejected"'),
-                      _rate(f"{m.REQUESTS}_total", scope))
+        return _ratio(_rate(f"{m.REQUESTS}_total", scope, 'outcome=~"error|rejected"')
+                      + " or vector(0)", _rate(f"{m.REQUESTS}_total", scope))
     if metric == "rejectionRate":
-        return _ratio(_rate("specd_http_rejections_total", scope, 'status="429"'),
-                      _rate(f"{m.REQUESTS}_total", scope))
+        return _ratio(_rate("specd_http_rejections_total", scope, 'status="429"')
+                      + " or vector(0)", _rate(f"{m.REQUESTS}_total", scope))
     if metric == "kvCacheUsage":
         return f"max(max_over_time({m.KV_USAGE}{scope.selector()}[{scope.window}]))"
     if metric == "custom":

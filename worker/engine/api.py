@@ -82,6 +82,10 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     task_group: str | None = None  # folded into api.metrics.TASK_GROUPS
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # a lossless probe (the operator's, /specd/v1/probe): served like any request but left
+    # out of the per-request metrics (requests, latency, TTFT, TPOT, acceptance length), so
+    # canary analysis reads traffic only
+    probe: bool = False
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

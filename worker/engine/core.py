@@ -57,6 +57,7 @@ class _Seq:
         self.id = req.request_id
         self.params = req.params
         self.group = mnames.task_group(req.task_group)
+        self.counted = not req.probe  # in the per-request metrics
         self.prompt = list(req.prompt_token_ids)
         self.tokens = list(self.prompt)  # committed; the pending token last once decoding
         self.prefilled = 0
@@ -421,7 +422,8 @@ class EngineCore:
         now = time.perf_counter()
         if s.t_first is None:
             s.t_first = now
-            self.metrics.ttft.labels(s.group).observe(now - s.t_submit)
+            if s.counted:
+                self.metrics.ttft.labels(s.group).observe(now - s.t_submit)
         p = s.params
         emitted: list[int] = []
         reason = None
@@ -485,10 +487,12 @@ class EngineCore:
             self.running.remove(s)
         now = time.perf_counter()
         outcome = {"stop": "finished", "length": "finished"}.get(reason, reason)
-        self.metrics.requests.labels(outcome, s.group).inc()
-        self.metrics.latency.labels(s.group).observe(now - s.t_submit)
-        if s.t_first is not None and len(s.output) > 1:
-            self.metrics.tpot.labels(s.group).observe((now - s.t_first) / (len(s.output) - 1))
+        if s.counted:
+            self.metrics.requests.labels(outcome, s.group).inc()
+            self.metrics.latency.labels(s.group).observe(now - s.t_submit)
+            if s.t_first is not None and len(s.output) > 1:
+                self.metrics.tpot.labels(s.group).observe(
+                    (now - s.t_first) / (len(s.output) - 1))
         s.sink(StreamEvent(s.id, emitted, text, finished=True, finish_reason=reason,
                            spec=_copy(s.spec), prompt_tokens=len(s.prompt),
                            completion_tokens=len(s.output), error=error))
@@ -555,7 +559,8 @@ class EngineCore:
 
     def _hist(self, s: _Seq, verified: int, accepted: int) -> None:
         self._vlen.observe(verified)
-        self.metrics.acceptance_length.labels(*self._labels, s.group).observe(accepted + 1)
+        if s.counted:
+            self.metrics.acceptance_length.labels(*self._labels, s.group).observe(accepted + 1)
 
     def _round_metrics(self, phases: tuple[float, ...], group_counts: dict[str, list[int]],
                        acc_by_pos: dict[int, int], verified_requests: int) -> None:

@@ -10,8 +10,8 @@ top-1 and top-2 tokens and their logit gap from one plain teacher-forced forward
 within a small gap is a near-tie; anything else is a real difference. The same numbers show
 whether this worker's output is its own target's greedy choice at every position.
 
-Probes go straight to the engine (no admission queue, no request metrics: they are not
-traffic), greedy, with the tokenizer's EOS; the prompt is raw text, tokenized as
+Probes go straight to the engine (no admission queue, no per-request metrics: they are not
+traffic, and canary analysis must read traffic only), greedy, with the tokenizer's EOS; the prompt is raw text, tokenized as
 ``/v1/completions`` does.
 """
 
@@ -84,7 +84,7 @@ def add_probe_route(app: FastAPI, server: Any) -> None:
 
 
 async def _one(engine: Any, tokenizer: Any, prompt: list[int], max_tokens: int) -> ProbeResult:
-    request = GenerationRequest(prompt_token_ids=prompt,
+    request = GenerationRequest(prompt_token_ids=prompt, probe=True,
                                 params=SamplingParams(max_tokens=max_tokens, temperature=0.0))
     output: list[int] = []
     finish = "length"
