@@ -165,8 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.25)
             paused_s = time.monotonic() - edit
             paused_at = time.monotonic()
+            before = operator.metrics()
             time.sleep(args.steady)  # the rollout timers tick, nothing moves
             steady_end = time.monotonic()
+            after = operator.metrics()
+
+            def during(name: str) -> float | None:
+                a, b = _metric(after, name), _metric(before, name)
+                return None if a is None or b is None else round(a - b, 3)
             objects = {o["metadata"]["name"]: o for o in items()}
             deployments: dict[str, list[str]] = {}
             for dep in apps.list_namespaced_deployment(namespace).items:
@@ -187,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                 "deployments_per_other_service": sorted(
                     {len(deployments.get(n, [])) for n in names[len(canaries):]}),
                 "steady_s": args.steady,
+                # what the ticks cost while nothing moves (10 services x 1 tick / 2 s)
+                "steady_reconciles": during("specd_operator_reconciles_total"),
+                "steady_rollout_reconciles": during(
+                    'specd_operator_reconciles_total{result="ok",trigger="rollout"}'),
+                "steady_reconcile_seconds_sum": during("specd_operator_reconcile_seconds_sum"),
+                "steady_status_writes": during("specd_operator_status_writes_total"),
                 "rss_bytes_steady_start": window[0] if window else None,
                 "rss_bytes_steady_end": window[-1] if window else None,
                 "rss_bytes_steady_max": max(window) if window else None,
@@ -256,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{_mib(c['rss_bytes_steady_end'])} MiB over {args.steady:.0f} s "
                   f"(max {_mib(c['rss_bytes_steady_max'])}, median "
                   f"{_mib(c['rss_bytes_steady_median'])})")
+        print(f"during the steady window: {c['steady_reconciles']} reconciles "
+              f"({c['steady_rollout_reconciles']} by the rollout timer, "
+              f"{c['steady_reconcile_seconds_sum']} s in all), {c['steady_status_writes']} "
+              f"status writes")
         print(f"history rollouts:         {rollouts}")
     print(f"operator RSS idle:        {_mib(op['rss_bytes_idle'])} MiB")
     print(f"operator RSS at Ready:    {_mib(result['ready']['rss_bytes_at_ready'])} MiB")
