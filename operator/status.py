@@ -205,6 +205,10 @@ def status_changed(current: Mapping[str, Any] | None, new: Mapping[str, Any]) ->
         if value is None:
             if key in current:
                 return True
+        elif isinstance(value, Mapping) and isinstance(current.get(key), Mapping):
+            # a nested object merges too: its None keys remove fields (status.rollout)
+            if status_changed(current[key], value):
+                return True
         elif current.get(key) != value:
             return True
     return False

@@ -121,6 +121,19 @@ def test_transition_time_moves_only_on_status_change() -> None:
     assert status_changed(served, flipped)
 
 
+def test_a_nested_status_object_is_compared_as_merged() -> None:
+    """status.rollout carries None for cleared fields; the served object has none of them,
+    so an unchanged paused canary must not write its status every tick."""
+    from specd.operator.rollout.state import RolloutState, to_status
+
+    rollout = to_status(RolloutState(stable="a", canary="b", phase="Paused"))
+    served = {"rollout": {k: v for k, v in rollout.items() if v is not None}, "phase": "Ready"}
+    assert not status_changed(served, {"rollout": rollout, "phase": "Ready"})
+    assert status_changed(served, {"rollout": {**rollout, "step": 1}})
+    assert status_changed(served, {"rollout": {**rollout, "phase": None}})  # a field removed
+    assert status_changed({"rollout": "x"}, {"rollout": rollout})
+
+
 def test_foreign_conditions_are_kept() -> None:
     previous = {"conditions": [{"type": "RolloutHealthy", "status": "True", "reason": "X",
                                 "message": "", "lastTransitionTime": T0}]}
