@@ -12,15 +12,24 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from types import ModuleType
 
 from specd import SpecdError, __version__
 
 COMMANDS = ("serve", "generate", "train", "bench", "operator", "dashboard", "cluster", "db")
+# The install extra (pyproject.toml) each subcommand's ``run`` needs; the parser itself needs
+# only the base install. tests/test_install_extras.py holds every command to its extra.
+COMMAND_EXTRAS = {
+    "serve": "worker", "generate": "worker", "train": "worker", "bench": "worker",
+    "operator": "operator", "db": "operator", "dashboard": "dashboard", "cluster": "dev",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (``commands``) one whose other subcommands carry only their name
+    and help: ``main`` builds just the command it runs, so ``specd operator`` never imports
+    another command's arguments (``specd serve``'s would load the worker package)."""
     parser = argparse.ArgumentParser(
         prog="specd",
         description="specd: speculative-decoding LLM serving on Kubernetes.",
@@ -31,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"specd.commands.{name}")
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(command)
+        if commands is None or name in commands:
+            module.add_arguments(command)
         command.set_defaults(_module=module)
     return parser
 
@@ -45,6 +55,13 @@ def run_command(name: str, module: ModuleType, args: argparse.Namespace) -> int:
     except SpecdError as exc:
         print(f"specd {name}: error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.split(".")[0] == "specd":
+            raise
+        extra = COMMAND_EXTRAS.get(name, "dev")
+        print(f"specd {name}: error: needs the '{extra}' extra (missing module {exc.name}): "
+              f"pip install 'specd[{extra}]'", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -55,7 +72,8 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser([w for w in words if w in COMMANDS][:1]).parse_args(words)
     return run_command(args.command, args._module, args)
 
 if __name__ == "__main__":

@@ -9,11 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from specd.worker.engine.api import DRAFTERS
-
 HELP = "serve the engine over an OpenAI-compatible HTTP API (/v1/completions, /metrics, ...)"
-
-DRAFTER_CHOICES = DRAFTERS
 
 
 def _env(name: str, default: object) -> object:
@@ -21,6 +17,9 @@ def _env(name: str, default: object) -> object:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # here, not at module level: `specd --help` and `specd operator` never load the worker
+    from specd.worker.engine.api import DRAFTERS as DRAFTER_CHOICES
+
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.epilog = ("Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
                      "GET /healthz, GET /readyz, GET /metrics. SIGTERM stops admitting, drains "
