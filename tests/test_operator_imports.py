@@ -12,7 +12,7 @@ CHECK = """
 import sys
 {setup}
 import specd.operator.handlers, specd.operator.kube, specd.operator.manifests
-heavy = sorted(m for m in sys.modules if m in ("torch", "transformers", "streamlit", "numpy")
+heavy = sorted(m for m in sys.modules if m in ("torch", "transformers", "streamlit")
                or m.startswith("specd.worker"))
 print(",".join(heavy))
 """
