@@ -19,10 +19,12 @@ def window(t: float, acc: tuple[float, ...], goodput: float = 30.0, plain: float
                   verified_by_position=verified or tuple(500.0 for _ in acc))
 
 
-def run(windows: list[Window | None], policy: GroupPolicy = K3, bounds: Bounds = Bounds(),
-        state: State = State()):
+ANY = Bounds()
+
+
+def run(windows: list[Window | None], policy: GroupPolicy = K3, bounds: Bounds = ANY):
     """Feed windows one interval apart; return every decision."""
-    out = []
+    out, state = [], State()
     for w in windows:
         now = w.end if w is not None else (out[-1][0] + INTERVAL if out else 0.0)
         d = decide(w, policy, state, bounds, now, S)
