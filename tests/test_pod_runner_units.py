@@ -94,6 +94,11 @@ def test_argv_drops_tini_and_rewrites_hosts_ports_and_mount_paths() -> None:
                               "SPECD_HOST": "0.0.0.0"}, {"/tmp": "/x/tmp"}, {8000: 41000})
     assert env == {"SPECD_PORT": "41000", "HOME": "/x/tmp", "SIZE": "8000",
                    "SPECD_HOST": "127.0.0.1"}
+    # a SQLite URL's file is in its mount too (the chart's --history-url)
+    assert rules.localise_argv(["--history-url", "sqlite:////var/lib/specd/h.db",
+                                "--x=sqlite:////etc/other.db"],
+                               {"/var/lib/specd": "/x/history"}, {}) == [
+        "--history-url", "sqlite:////x/history/h.db", "--x=sqlite:////etc/other.db"]
 
 
 def test_env_resolves_like_the_kubelet() -> None:

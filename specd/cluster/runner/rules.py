@@ -231,7 +231,13 @@ def port_by_name(container: Mapping[str, Any], port: int | str) -> int:
     raise PodSpecError(f"port {port!r} is not declared by container {container.get('name')!r}")
 
 
+SQLITE_URL = "sqlite:///"
+
+
 def _map_path(value: str, mounts: Mapping[str, str]) -> str:
+    # a SQLite URL names a file: sqlite:////var/lib/specd/h.db lives in the /var/lib/specd mount
+    if value.startswith(SQLITE_URL + "/"):
+        return SQLITE_URL + _map_path(value.removeprefix(SQLITE_URL), mounts)
     # longest mount path first, so /etc/specd/policy wins over /etc
     for mount in sorted(mounts, key=len, reverse=True):
         if value == mount or value.startswith(mount.rstrip("/") + "/"):
