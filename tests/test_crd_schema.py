@@ -56,6 +56,8 @@ def test_every_cel_rule_names_its_field() -> None:
     assert len(rules) >= 15
     for path, rule in rules:
         assert rule["message"].startswith(("spec.", "metadata.")), (path, rule)
+        # a messageExpression (naming the map key at fault) starts the same way
+        assert rule.get("messageExpression", "'spec.").startswith("'spec."), (path, rule)
 
 
 def test_subresources_and_columns_point_at_schema_fields() -> None:

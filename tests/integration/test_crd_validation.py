@@ -157,6 +157,33 @@ INVALID = [
      "spec.worker.env[0].name"),
     ("node selector value not a string", edit(("spec.worker.nodeSelector", {"gpu": 5})),
      "spec.worker.nodeSelector.gpu"),
+    ("cpu request negative", edit(("spec.worker.resources.requests.cpu", "-2")),
+     "spec.worker.resources.requests[cpu] must not be negative"),
+    ("memory limit negative", edit(("spec.worker.resources.limits.memory", "-8Gi")),
+     "spec.worker.resources.limits[memory] must not be negative"),
+    ("GPU count negative", edit((("spec", "worker", "resources", "limits", "nvidia.com/gpu"), -1),
+                                ("spec.worker.resources.requests", {"cpu": "1"})),
+     "spec.worker.resources.limits[nvidia.com/gpu] must not be negative"),
+    ("memory request above its limit", edit(("spec.worker.resources.requests.memory", "16Gi")),
+     "spec.worker.resources.requests[memory] must not exceed"),
+    ("cpu request above its limit", edit(("spec.worker.resources.limits.cpu", "500m")),
+     "spec.worker.resources.requests[cpu] must not exceed"),
+    ("toleration seconds without NoExecute",
+     edit(("spec.worker.tolerations.0.tolerationSeconds", 30)),
+     "spec.worker.tolerations[0].tolerationSeconds"),
+    ("toleration key not a label key", edit(("spec.worker.tolerations.0.key", "gpu type")),
+     "spec.worker.tolerations[0].key"),
+    ("toleration value not a label value",
+     edit(("spec.worker.tolerations.0", {"key": "gpu", "operator": "Equal", "value": "a/b",
+                                         "effect": "NoSchedule"})),
+     "spec.worker.tolerations[0].value"),
+    ("node selector key not a label key", edit(("spec.worker.nodeSelector", {"gpu type": "a"})),
+     "spec.worker.nodeSelector key gpu type is not a label key"),
+    ("node selector key prefix not a DNS name",
+     edit(("spec.worker.nodeSelector", {"Example.COM/gpu": "a"})),
+     "spec.worker.nodeSelector key Example.COM/gpu"),
+    ("node selector value not a label value",
+     edit(("spec.worker.nodeSelector", {"gpu": "-true-"})), "spec.worker.nodeSelector.gpu"),
     ("rollout strategy unknown", edit(("spec.rollout.strategy", "BlueGreen")),
      "spec.rollout.strategy"),
     ("canary weights decreasing",
@@ -244,6 +271,25 @@ def test_invalid_object_rejected_naming_the_field(api, cluster_namespace, case, 
     assert info.value.status in (400, 422), info.value.body
     message = json.loads(info.value.body)["message"]
     assert field in message, f"{case}: {message}"
+
+
+def test_valid_quantities_labels_and_tolerations_are_accepted(api, cluster_namespace) -> None:
+    """The rules above refuse only what can never run: these all can."""
+    obj = edit(("spec.worker.resources", {"requests": {"cpu": "500m", "memory": "8Gi",
+                                                       "nvidia.com/gpu": 1},
+                                          "limits": {"cpu": 2, "memory": "8Gi",
+                                                     "nvidia.com/gpu": 1}}),
+               ("spec.worker.nodeSelector", {"nvidia.com/gpu.present": "true",
+                                             "topology.kubernetes.io/zone": "",
+                                             "node_pool": "A-1.b"}),
+               ("spec.worker.tolerations", [
+                   {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 60},
+                   {"operator": "Exists"},
+                   {"key": "pool", "operator": "Equal", "value": "gpu_a100",
+                    "effect": "NoSchedule"}]))(copy.deepcopy(BASE))
+    created = create(api, cluster_namespace, obj, dry_run=True)
+    assert created["spec"]["worker"]["tolerations"][0]["tolerationSeconds"] == 60
 
 
 def test_embedded_model_needs_no_drafter_artifact(api, cluster_namespace) -> None:
