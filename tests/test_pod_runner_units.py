@@ -171,6 +171,8 @@ def test_projected_service_account_volume(tmp_path: Path) -> None:
     assert files == {"token": b"tok-3607", "ca.crt": b"PEM", "namespace": b"ns"}
     assert volumes.volume_files(pod([]), {"name": "t", "emptyDir": {}}, {}, {},
                                 lambda _: "") is None
+    assert volumes.volume_files(pod([]), {"name": "h", "persistentVolumeClaim": {
+        "claimName": "history"}}, {}, {}, lambda _: "") is None
     with pytest.raises(rules.PodSpecError, match="configMap 'missing'"):
         volumes.volume_files(pod([]), {"name": "c", "configMap": {"name": "missing"}}, {}, {},
                              lambda _: "")

@@ -1,8 +1,10 @@
 """The chart on the local cluster, as a user installs it: `helm install` -> the operator pod
 runs for real (the pod runner plays the kubelet: `specd operator` as a process, acting with
 the chart's ServiceAccount token) and reconciles a sample to Ready; `helm upgrade` with
-changed values (a second watched namespace, no history) -> the new pod reconciles there too;
-`helm uninstall` -> only the CRD is left.
+changed values (a second watched namespace, another resync) -> a new pod, on the same SQLite
+history file (the chart's PersistentVolumeClaim, Bound to a PersistentVolume the test makes,
+since the local cluster has no provisioner), reconciles there too; `helm uninstall` -> only the
+CRD is left.
 
 The release watches only its own test namespaces (watchNamespaces), so it never races the
 operators other test modules start in theirs."""
@@ -10,6 +12,7 @@ operators other test modules start in theirs."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -28,6 +31,7 @@ CHART = ROOT / "helm" / "specd"
 CRD = f"{k8s.PLURAL}.{k8s.GROUP}"
 RELEASE = "specd"
 TIMEOUT = 150
+HISTORY_CLAIM = "specd-operator-history"
 
 
 def sample(name: str) -> dict:
@@ -120,25 +124,32 @@ def adopt_crd(cluster, namespace: str) -> None:
 
 
 @pytest.fixture
-def namespaces(cluster):
+def namespaces(cluster, tmp_path):
     api = client.CoreV1Api(cluster.api_client())
     names = [f"h-{uuid.uuid4().hex[:8]}" for _ in range(3)]  # release, watched, added later
     for name in names:
         api.create_namespace({"metadata": {"name": name}})
+    # what a provisioner would make for the chart's claim (pre-bound to it)
+    volume = f"{names[0]}-history"
+    api.create_persistent_volume({"metadata": {"name": volume}, "spec": {
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
+        "hostPath": {"path": str(tmp_path / "volume")},
+        "claimRef": {"namespace": names[0], "name": HISTORY_CLAIM}}})
     yield names
     cluster.helm("uninstall", RELEASE, "-n", names[0], check=False, timeout=120)
     for name in names:
         api.delete_namespace(name)
+    api.delete_persistent_volume(volume)
 
 
 def test_install_upgrade_uninstall(cluster, namespaces) -> None:
     home, watched, added = namespaces
     release = Release(cluster, home)
     adopt_crd(cluster, home)
-    # no PersistentVolume provisioner on the local cluster: the history file on an emptyDir
     out = release.helm("install", str(CHART), "--set", f"watchNamespaces={{{watched}}}",
-                       "--set", "operator.history.sqlite.persistence.enabled=false",
-                       "--set", "operator.resync=30")
+                       "--set", "operator.resync=30",
+                       "--set", "operator.history.sqlite.persistence.storageClassName=")
     assert "kubectl specd list -n " + watched in out  # NOTES.txt's next commands
 
     first = release.ready_operator()
@@ -147,6 +158,11 @@ def test_install_upgrade_uninstall(cluster, namespaces) -> None:
     assert "--kubeconfig" not in log.split("\n", 1)[0]  # in-cluster: the chart's SA token
     obj = release.reconciled(watched, "first")
     assert obj["status"]["readyReplicas"] == 1
+    # the history store is the claim's file, migrated by the operator at start-up
+    history = cluster.state_dir / "runner" / "claims" / home / HISTORY_CLAIM / "history.db"
+    with sqlite3.connect(history) as db:
+        (version,) = db.execute("select version_num from alembic_version").fetchone()
+    inode = history.stat().st_ino
 
     # the chart's RBAC is all it has: it may patch specsvcs where it watches, not elsewhere
     account = f"system:serviceaccount:{home}:specd-operator"
@@ -157,14 +173,17 @@ def test_install_upgrade_uninstall(cluster, namespaces) -> None:
     assert cluster.kubectl("auth", "can-i", "get", "secrets", "-n", watched,
                            f"--as={account}", check=False).stdout.strip() == "no"
 
-    # upgrade: watch a second namespace, keep no history -> a new pod, Roles there too
+    # upgrade: watch a second namespace, resync more often -> a new pod, Roles there too
     release.helm("upgrade", str(CHART), "--reuse-values",
                  "--set", f"watchNamespaces={{{watched},{added}}}",
-                 "--set", "operator.history.type=none")
+                 "--set", "operator.resync=60")
     second = release.ready_operator(not_uid=first.metadata.uid)
     args = second.spec.containers[0].args
-    assert f"--namespace={added}" in args and "--history-url=none" in args
+    assert f"--namespace={added}" in args and "--resync=60" in args
     release.reconciled(added, "second")
+    assert history.stat().st_ino == inode  # the same history file, not a fresh one
+    with sqlite3.connect(history) as db:
+        assert db.execute("select version_num from alembic_version").fetchone() == (version,)
     assert cluster.kubectl("auth", "can-i", "patch", CRD, "-n", added, f"--as={account}",
                            check=False).stdout.strip() == "yes"
 

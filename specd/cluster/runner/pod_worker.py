@@ -279,6 +279,9 @@ class PodWorker(threading.Thread):
             if volume is None:
                 raise rules.PodSpecError(f"volumeMount {mount['name']!r} names no volume")
             local = self.dir / "volumes" / mount["name"]
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim:  # the claim's data outlives the pod, as a bound volume's does
+                local = self.runner.claims_dir / self.key[0] / claim
             files = volumes.volume_files(self.pod_with_status(), volume, configmaps, secrets,
                                          self._token)
             if files is None:

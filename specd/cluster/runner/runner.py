@@ -65,6 +65,9 @@ class Runner:
         self.state_dir = state_dir
         self.dir = state_dir / "runner"
         self.pods_dir = self.dir / "pods"
+        # persistentVolumeClaim volumes: one directory per claim, shared by the pods that
+        # mount it and kept when they go (the scheduler only places pods whose claim is Bound)
+        self.claims_dir = self.dir / "claims"
         self.logs_dir = state_dir / "logs" / "pods"
         self.kubeconfig = kubeconfig
         self.haproxy_config, self.haproxy_pidfile = haproxy_config, haproxy_pidfile

@@ -97,9 +97,10 @@ def volume_files(pod: Mapping[str, Any], volume: Mapping[str, Any],
                  configmaps: Mapping[str, Mapping[str, Any]],
                  secrets: Mapping[str, Mapping[str, Any]],
                  token: TokenSource) -> Files | None:
-    """The files a volume holds now; None for emptyDir (a plain directory). A missing
-    non-optional ConfigMap/Secret is a PodSpecError (the kubelet keeps the pod waiting)."""
-    if "emptyDir" in volume:
+    """The files a volume holds now; None for emptyDir and persistentVolumeClaim (a plain
+    directory; a claim's outlives the pod). A missing non-optional ConfigMap/Secret is a
+    PodSpecError (the kubelet keeps the pod waiting)."""
+    if "emptyDir" in volume or "persistentVolumeClaim" in volume:
         return None
     if "configMap" in volume:
         return _source_files("configMap", volume["configMap"], configmaps, configmap_bytes)
