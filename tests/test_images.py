@@ -49,3 +49,15 @@ def test_operator_and_dashboard_images_have_no_torch_and_write_only_tmp(process:
     assert "ENV PYTHONDONTWRITEBYTECODE=1" in text and "HOME=/tmp" in text
     # the build stage checks that the extra's resolution brought no torch
     assert "find_spec('torch')" in text
+
+
+def test_build_context_is_the_package_sources_only() -> None:
+    """.dockerignore is an allowlist: what the Dockerfiles COPY is in it; tests, docs, the
+    chart and the local tooling outside the package are not."""
+    allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text()
+               .splitlines() if line.startswith("!")}
+    assert "*" in (ROOT / ".dockerignore").read_text().splitlines()
+    for process in IMAGES:
+        for sources in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile(process), re.M):
+            assert all(s in allowed or s == "." for s in sources.split()), (process, sources)
+    assert not allowed & {"tests", "docs", "helm", "examples", ".venv", "deploy"}
