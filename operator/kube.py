@@ -54,6 +54,14 @@ def _json(response: Any) -> Any:
     return json.loads(response.data)
 
 
+def _items(method: Any, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """One namespaced list call by label selector, as plain dicts."""
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    response = method(namespace, label_selector=selector, _preload_content=False,
+                      _request_timeout=REQUEST_TIMEOUT)
+    return list(_json(response).get("items", []))
+
+
 class Kube:
     """The operator's API calls, each one request, raising the client's exceptions."""
 
@@ -94,27 +102,15 @@ class Kube:
         return _json(response)
 
     def list_deployments(self, namespace: str, service: str) -> list[dict[str, Any]]:
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(service).items())
-        response = self.apps.list_namespaced_deployment(
-            namespace, label_selector=selector, _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT)
-        return list(_json(response).get("items", []))
+        return _items(self.apps.list_namespaced_deployment, namespace, selector_labels(service))
 
     def list_configmaps(self, namespace: str, service: str) -> list[dict[str, Any]]:
         """The service's policy ConfigMaps (what policy each track runs)."""
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(service).items())
-        response = self.core.list_namespaced_config_map(
-            namespace, label_selector=selector, _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT)
-        return list(_json(response).get("items", []))
+        return _items(self.core.list_namespaced_config_map, namespace, selector_labels(service))
 
     def list_pods(self, namespace: str, service: str, track: str) -> list[dict[str, Any]]:
         """One track's pods (the lossless probes pick a Ready one)."""
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(service, track).items())
-        response = self.core.list_namespaced_pod(
-            namespace, label_selector=selector, _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT)
-        return list(_json(response).get("items", []))
+        return _items(self.core.list_namespaced_pod, namespace, selector_labels(service, track))
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any],
                      resource_version: str | None = None) -> None:

@@ -43,9 +43,10 @@ BASE = {
         },
         "rollout": {
             "strategy": "Canary",
+            "policyChanges": "Canary",
             "steps": [{"weight": 10, "pause": {"duration": "1m"}}, {"weight": 50},
                       {"weight": 100}],
-            "analysis": {"interval": "30s",
+            "analysis": {"interval": "30s", "probes": {},
                          "metrics": [{"name": "tau", "metric": "acceptanceLength", "min": 0.9}]},
             "promote": {"id": "2026-01-01T00:00:00Z"},
         },
@@ -218,6 +219,20 @@ INVALID = [
      edit(("spec.rollout.analysis.metrics.0.metric", "kvCacheUsage"),
           ("spec.rollout.analysis.metrics.0.byTaskGroup", True)),
      "spec.rollout.analysis.metrics[0].byTaskGroup"),
+    ("policy canary under a rolling update",
+     edit(("spec.rollout.strategy", "RollingUpdate"), ("spec.rollout.steps", DELETE),
+          ("spec.rollout.analysis", DELETE), ("spec.rollout.policyChanges", "Canary")),
+     "spec.rollout.policyChanges"),
+    ("policy changes unknown", edit(("spec.rollout.policyChanges", "Later")),
+     "spec.rollout.policyChanges"),
+    ("probes without prompts", edit(("spec.rollout.analysis.probes", {"prompts": []})),
+     "spec.rollout.analysis.probes.prompts"),
+    ("probe prompt empty", edit(("spec.rollout.analysis.probes", {"prompts": [""]})),
+     "spec.rollout.analysis.probes.prompts[0]"),
+    ("probe tokens above 256", edit(("spec.rollout.analysis.probes", {"maxTokens": 1000})),
+     "spec.rollout.analysis.probes.maxTokens"),
+    ("probe near-tie gap negative", edit(("spec.rollout.analysis.probes", {"nearTieGap": -1})),
+     "spec.rollout.analysis.probes.nearTieGap"),
     ("inconclusive policy unknown", edit(("spec.rollout.inconclusivePolicy", "Ignore")),
      "spec.rollout.inconclusivePolicy"),
     ("promote without id", edit(("spec.rollout.promote", {"full": True})),
@@ -258,6 +273,8 @@ def test_table_has_at_least_thirty_cases() -> None:
 def test_valid_base_is_accepted_and_defaulted(api, cluster_namespace) -> None:
     created = create(api, cluster_namespace, copy.deepcopy(BASE), dry_run=True)
     assert created["spec"]["rollout"]["automaticRollback"] is True  # a schema default
+    assert created["spec"]["rollout"]["analysis"]["probes"] == {"maxTokens": 32,
+                                                                "nearTieGap": 0.1}
     assert created["spec"]["engine"]["maxBatch"] == 16
 
 
@@ -303,7 +320,9 @@ def test_embedded_model_needs_no_drafter_artifact(api, cluster_namespace) -> Non
 
 
 def test_samples_apply_cleanly(cluster, api, cluster_namespace) -> None:
-    for sample in sorted((ROOT / "examples").glob("*.yaml")):
+    samples = sorted((ROOT / "examples").glob("speculativeservice-*.yaml"))
+    assert len(samples) >= 3
+    for sample in samples:
         out = cluster.kubectl("apply", "--dry-run=server", "-n", cluster_namespace,
                               "-f", str(sample))
         assert "created (server dry run)" in out.stdout, sample
