@@ -14,6 +14,7 @@ ROOTS = {
     "specd.worker": "worker",
     "specd.operator": "operator",
     "specd.dashboard": "dashboard",
+    "specd.pilot": "pilot",
 }
 
 packages: list[str] = []

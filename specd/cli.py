@@ -24,6 +24,7 @@ COMMAND_EXTRAS = {
     "serve": "worker", "generate": "worker", "train": "worker", "bench": "worker",
     "operator": "operator", "db": "operator", "dashboard": "dashboard", "cluster": "dev",
 }
+COMMANDS, COMMAND_EXTRAS = (*COMMANDS, "pilot"), {**COMMAND_EXTRAS, "pilot": "pilot"}
 
 
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
