@@ -201,8 +201,8 @@ class Traffic:
     """A bounded closed loop of chat requests through a Service URL (two task groups, chat and
     code), counting every request and every failure; stops on exit."""
 
-    def __init__(self, url: str, concurrency: int = 2) -> None:
-        self.url, self.stop = url, threading.Event()
+    def __init__(self, url: str, concurrency: int = 2, max_tokens: int = 24) -> None:
+        self.url, self.stop, self.max_tokens = url, threading.Event(), max_tokens
         self.sent = self.failed = 0
         self.errors: list[str] = []
         self.lock = threading.Lock()
@@ -224,7 +224,7 @@ class Traffic:
                 try:
                     response = http.post(f"{self.url}/v1/chat/completions",
                                          headers={"X-Specd-Task-Group": group},
-                                         json={"model": "smollm2-135m", "max_tokens": 24,
+                                         json={"model": "smollm2-135m", "max_tokens": self.max_tokens,
                                                "temperature": 0,
                                                "messages": [{"role": "user", "content": prompt}]})
                     ok = response.status_code == 200

@@ -9,20 +9,21 @@ serve` processes (the pod runner), real Prometheus scraping them, bounded real t
 the Service URL with two task groups, the real operator (least-privilege ServiceAccount) with
 `--prometheus-url`. The tokensPerSecond check (relativeToStable, byTaskGroup) fails, the
 canary is rolled back, and the status names the metric, the task group and the values; no
-request fails during the whole rollout."""
+request fails during the whole rollout. The lossless probes (the same greedy prompts to a
+canary and a stable pod) pass: a changed drafter and verification length keep the target's
+outputs."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-import httpx
 import pytest
 from kubernetes import client
 
 from specd.api import k8s
 from specd.cluster.handle import wait_for
-from specd.operator.testing import operator_for_namespace
+from specd.operator.history.store import HistoryStore
+from specd.operator.testing import Traffic, operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -45,64 +46,28 @@ def service() -> dict:
                     "strategy": "Canary",
                     "steps": [{"weight": 50, "pause": {"duration": "10m"}}, {"weight": 100}],
                     "analysis": {"interval": "5s", "minSamples": 4, "failureLimit": 0,
-                                 "inconclusiveLimit": 100, "metrics": [
+                                 "inconclusiveLimit": 100, "probes": {}, "metrics": [
                                      {"name": "speed", "metric": "tokensPerSecond",
                                       "comparison": "relativeToStable", "min": 0.9,
                                       "byTaskGroup": True}]},
                     "automaticRollback": True}}}
 
 
-class Traffic:
-    """A bounded closed loop of chat requests through the Service URL (two task groups)."""
-
-    def __init__(self, url: str, concurrency: int = 2) -> None:
-        self.url, self.stop = url, threading.Event()
-        self.sent = self.failed = 0
-        self.errors: list[str] = []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True)
-                        for i in range(concurrency)]
-
-    def loop(self, index: int) -> None:
-        with httpx.Client(timeout=120) as http:
-            n = 0
-            while not self.stop.is_set():
-                group = ("chat", "code")[(index + n) % 2]
-                prompt = ("Write a short greeting." if group == "chat"
-                          else "Write a Python function that adds two numbers.")
-                try:
-                    response = http.post(f"{self.url}/v1/chat/completions",
-                                         headers={"X-Specd-Task-Group": group},
-                                         json={"model": "smollm2-135m", "max_tokens": 24,
-                                               "temperature": 0,
-                                               "messages": [{"role": "user", "content": prompt}]})
-                    ok = response.status_code == 200
-                    detail = f"{response.status_code} {response.text[:200]}"
-                except httpx.HTTPError as exc:
-                    ok, detail = False, f"{type(exc).__name__}: {exc}"
-                with self.lock:
-                    self.sent += 1
-                    if not ok:
-                        self.failed += 1
-                        self.errors.append(detail)
-                n += 1
-
-    def __enter__(self) -> Traffic:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=150)
-
-
 def test_a_slower_canary_is_rolled_back_on_live_metrics(cluster, tmp_path) -> None:
     with operator_for_namespace(cluster, tmp_path, "judged",
                                 extra=("--prometheus-url", cluster.prometheus_url)) as (
-            namespace, _):
+            namespace, operator):
         rollback_on_live_metrics(cluster, namespace)
+        # the history store names the rollback, the failed metric, its group and values
+        store = HistoryStore(operator.history_url)
+        record = wait_for(lambda: next((r for r in store.rollouts(namespace, NAME,
+                                                                  measurements=True)
+                                        if r.outcome == "RolledBack"), None),
+                          "the RolledBack rollout in the store", timeout=30)
+        failed = [m for m in record.measurements if m.verdict == "Failed"]
+        assert failed and all(m.metric == "tokensPerSecond" and m.task_group in ("chat", "code")
+                              and m.canary < m.stable for m in failed)
+        assert any(e.action == "RolledBack" for e in record.events)
 
 
 def rollback_on_live_metrics(cluster, namespace: str) -> None:
@@ -139,7 +104,11 @@ def rollback_on_live_metrics(cluster, namespace: str) -> None:
     failed = [a for a in final["analysis"] if a["verdict"] == "Failed"]
     assert failed and all(a["metric"] == "tokensPerSecond" for a in failed)
     assert all(a["value"] < 0.9 and a["canary"] < a["stable"] for a in failed)
-    assert {a["taskGroup"] for a in final["analysis"]} <= {"chat", "code"}
+    speed = [a for a in final["analysis"] if a["metric"] == "tokensPerSecond"]
+    assert {a["taskGroup"] for a in speed} <= {"chat", "code"}
+    # another drafter and verification length, the same target: the lossless probes pass
+    (probe,) = [a for a in final["analysis"] if a["metric"] == "losslessProbe"]
+    assert probe["verdict"] == "Successful", probe
     assert final["stableRevision"] == stable_revision
 
     def tracks() -> set:

@@ -1,0 +1,299 @@
+"""Canary rollouts end to end on real workers: real `specd serve` processes (the pod runner),
+real Prometheus scraping them, bounded real traffic through the Service URL (two task
+groups), the real operator under its least-privilege ServiceAccount with --prometheus-url.
+
+1. A good canary (a harmless engine change) passes three steps with analysis every 10 s and
+   the lossless probes, and is promoted; then, under policyChanges: Canary, a policy that
+   makes decoding slower (plain) is rolled back to the fixed policy while the stable track
+   keeps it, and fixed -> scheduled verification goes through a step and is promoted.
+   No request fails during any of it (every request is counted).
+2. A canary serving a changed target (a perturbed copy of the model written by the test)
+   fails the lossless probes and is rolled back, the status naming the probe and position.
+3. No traffic: analysis is Inconclusive and the Pause policy holds the step (never a
+   rollback); resumed with traffic while Prometheus is stopped (SIGSTOP): Errors, never a
+   rollback, and the operator SIGKILLed mid-analysis and restarted; Prometheus back
+   (SIGCONT): the rollout goes on to promotion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from specd.api import k8s
+from specd.cluster.handle import wait_for
+from specd.operator import manifests
+from specd.operator.rollout import controls
+from specd.operator.testing import Traffic, operator_for_namespace
+
+pytestmark = pytest.mark.cluster
+
+READY_S = 600  # generous: on a loaded 2-core machine each worker takes minutes to start
+WORKER = {"image": "specd-worker:dev",
+          "resources": {"limits": {"cpu": "1", "memory": "3Gi", "nvidia.com/gpu": 1}}}
+ENGINE = {"maxBatch": 2, "queueBound": 16, "extraArgs": ["--cost-profile=none"]}
+
+
+@pytest.fixture(scope="module")
+def op(cluster, tmp_path_factory):
+    with operator_for_namespace(cluster, tmp_path_factory.mktemp("op"), "real",
+                                extra=("--prometheus-url", cluster.prometheus_url)) as running:
+        yield running
+
+
+class Svc:
+    def __init__(self, cluster, namespace: str, name: str) -> None:
+        api = cluster.api_client()
+        self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        self.cluster, self.ns, self.name = cluster, namespace, name
+
+    def create(self, spec: dict) -> None:
+        self.custom.create_namespaced_custom_object(
+            k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
+            {"apiVersion": k8s.API_VERSION, "kind": k8s.KIND, "metadata": {"name": self.name},
+             "spec": spec})
+
+    def delete(self) -> None:
+        self.custom.delete_namespaced_custom_object(k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
+                                                    self.name)
+        wait_for(lambda: not [p for p in self.core.list_namespaced_pod(
+            self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items],
+                 f"the pods of {self.name} gone", timeout=120)
+
+    def patch(self, body: dict) -> None:
+        self.custom.patch_namespaced_custom_object(k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
+                                                   self.name, body)
+
+    def status(self) -> dict:
+        return self.custom.get_namespaced_custom_object(
+            k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL, self.name).get("status") or {}
+
+    def wait(self, predicate, what: str, timeout: float = READY_S) -> dict:
+        def check() -> dict | None:
+            status = self.status()
+            return status if predicate(status) else None
+
+        try:
+            return wait_for(check, what, timeout=timeout, interval=1)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; status: {json.dumps(self.status())[:3000]}") from exc
+
+    def policy_mode(self, track: str) -> str:
+        cm = self.core.read_namespaced_config_map(manifests.configmap_name(self.name, track),
+                                                  self.ns)
+        return json.loads(cm.data["policy.json"])["mode"]
+
+    def tracks(self) -> dict[str, int]:
+        pods = [p for p in self.core.list_namespaced_pod(
+            self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items
+            if p.metadata.deletion_timestamp is None]
+        out: dict[str, int] = {}
+        for pod in pods:
+            track = pod.metadata.labels[k8s.LABEL_TRACK]
+            out[track] = out.get(track, 0) + 1
+        return out
+
+
+def rollout(status: dict) -> dict:
+    return status.get("rollout") or {}
+
+
+def analysis(metrics: list[dict], **extra) -> dict:
+    return {"interval": "10s", "minSamples": 3, "failureLimit": 0, "inconclusiveLimit": 100,
+            "metrics": metrics} | extra
+
+
+SPEED = {"name": "speed", "metric": "tokensPerSecond", "comparison": "relativeToStable",
+         "min": 0.75, "byTaskGroup": True}
+ERRORS = {"name": "errors", "metric": "errorRate", "comparison": "absolute", "max": 0.0}
+
+
+def test_good_canary_then_a_slower_policy_rolled_back_then_scheduled_promoted(
+        cluster, op) -> None:
+    namespace, _ = op
+    svc = Svc(cluster, namespace, "good")
+    three_steps = [{"weight": w, "pause": {"duration": "10s"}} for w in (25, 50, 75)]
+    svc.create({"replicas": 1, "model": {"reference": "smollm2-135m", "maxContext": 512},
+                "drafter": {"method": "semi-ar", "k": 3},
+                "verification": {"mode": "fixed", "fixedLength": 3},
+                "engine": ENGINE, "worker": WORKER,
+                "rollout": {"strategy": "Canary", "policyChanges": "Canary",
+                            "steps": three_steps,
+                            # one noisy measurement is tolerated, a second fails the step
+                            "analysis": analysis([SPEED, ERRORS], probes={},
+                                                 failureLimit=1)}})
+    first = svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
+    url = cluster.service_url(namespace, "good", ready=1)
+    timings = {}
+    with Traffic(url, concurrency=4, max_tokens=16) as traffic:
+        time.sleep(5)
+        # 1. a harmless engine change: a new revision, the same outputs
+        svc.patch({"spec": {"engine": {**ENGINE, "queueBound": 24}}})
+        edited = time.monotonic()
+        promoted = svc.wait(lambda s: rollout(s).get("phase") == "Healthy"
+                            and s.get("stableRevision") not in (None, first["stableRevision"])
+                            and s.get("phase") == "Ready", "the good canary promoted",
+                            timeout=READY_S + 300)
+        timings["edit -> promotion (3 steps, 10 s analysis)"] = time.monotonic() - edited
+        assert promoted.get("canaryRevision") is None
+        events = svc.core.list_namespaced_event(namespace).items
+        reasons = [e.reason for e in events if e.involved_object.name == "good"]
+        assert reasons.count("StepCompleted") >= 3 and "RolloutCompleted" in reasons
+        wait_for(lambda: svc.tracks() == {"stable": 1}, "only the stable pod", timeout=180)
+
+        # 2. a policy-only change to plain decoding (slower per request) under
+        #    policyChanges: Canary -> the canary track tries it, speed fails, rolled back
+        #    (one step from here on: rollout settings are not part of the version)
+        one_step = [{"weight": 50, "pause": {"duration": "10s"}}]
+        svc.patch({"spec": {"verification": {"mode": "plain"}, "rollout": {"steps": one_step}}})
+        canarying = svc.wait(lambda s: rollout(s).get("canaryVersion")
+                             and rollout(s).get("step", 0) == 0
+                             and s.get("canaryWeight", 0) > 0, "the policy canary serving")
+        assert svc.policy_mode("stable") == "fixed" and svc.policy_mode("canary") == "plain"
+        assert canarying["canaryRevision"] == canarying["stableRevision"]  # same pods' revision
+        rolled = svc.wait(lambda s: rollout(s).get("phase") == "RolledBack",
+                          "the slower policy rolled back")
+        failed = [a for a in rolled["analysis"] if a["verdict"] == "Failed"]
+        assert failed and all(a["metric"] == "tokensPerSecond" for a in failed), failed
+        assert all(a["canary"] < a["stable"] for a in failed)
+        assert svc.policy_mode("stable") == "fixed"  # the stable track never left it
+        wait_for(lambda: svc.tracks() == {"stable": 1}, "the canary scaled to 0", timeout=180)
+
+        # 3. fixed -> scheduled verification: through the steps and promoted
+        svc.patch({"spec": {"verification": {"mode": "scheduled", "maxVerify": 3}}})
+        policy_edit = time.monotonic()
+        done = svc.wait(lambda s: rollout(s).get("phase") == "Healthy"
+                        and svc.policy_mode("stable") == "scheduled",
+                        "the scheduled policy promoted", timeout=READY_S + 300)
+        timings["policy edit -> promotion"] = time.monotonic() - policy_edit
+        assert done["stableRevision"] == promoted["stableRevision"]  # no pod changed
+        assert rollout(done)["stableVersion"].endswith(done["policyVersion"])
+        wait_for(lambda: svc.tracks() == {"stable": 1}, "the canary scaled to 0", timeout=180)
+        time.sleep(2)
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    probes = [a for a in promoted["analysis"] if a["metric"] == "losslessProbe"]
+    assert probes and probes[0]["verdict"] == "Successful"
+    print(f"\n{timings}; {traffic.sent} requests, 0 failed")
+    svc.delete()
+
+
+def perturbed_copy(target, directory: Path, scale: float = 0.05) -> Path:
+    """The embedded model with every weight matrix of its decoder layers perturbed (a
+    "changed target": another fine-tune, a broken quantisation), saved as safetensors with
+    its config and tokenizer (transformers will not re-save a GGUF-loaded model itself)."""
+    import torch
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(0)
+    state = {}
+    for key, value in target.model.state_dict().items():
+        value = value.detach().clone().contiguous()
+        if ".layers." in key and value.dim() == 2:
+            value.mul_(1 + scale * torch.randn(value.shape, generator=generator))
+        state[key] = value
+    directory.mkdir(parents=True)
+    config = target.model.config.to_dict()
+    config.pop("quantization_config", None)  # the copy is plain float32 safetensors
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    target.tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture
+def host_dir():
+    """A folder outside /tmp: a worker pod mounts an emptyDir at /tmp, so a model path there
+    would name a folder inside the pod (the local pod runner does as a kubelet would)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="specd-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_changed_target_fails_the_lossless_probes(cluster, op, target, host_dir) -> None:
+    namespace, _ = op
+    model_dir = perturbed_copy(target, host_dir / "perturbed")
+    svc = Svc(cluster, namespace, "target")
+    svc.create({"replicas": 1, "model": {"reference": "smollm2-135m", "maxContext": 512},
+                "drafter": {"method": "ngram", "k": 3}, "engine": ENGINE, "worker": WORKER,
+                "rollout": {"strategy": "Canary",
+                            "steps": [{"weight": 50, "pause": {"duration": "5m"}}],
+                            "analysis": {"interval": "5s", "probes": {"maxTokens": 24},
+                                         "inconclusiveLimit": 100}}})
+    svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
+    svc.patch({"spec": {"model": {"reference": str(model_dir), "maxContext": 512}}})
+    rolled = svc.wait(lambda s: rollout(s).get("phase") == "RolledBack",
+                      "the changed target rolled back")
+    (probe,) = [a for a in rolled["analysis"] if a["metric"] == "losslessProbe"]
+    assert probe["verdict"] == "Failed"
+    assert "differ at position" in probe["message"] or "greedy choice" in probe["message"]
+    degraded = next(c for c in rolled["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "RolledBack" and "lossless" in degraded["message"]
+    print(f"\n{probe['message']}")
+    svc.delete()
+
+
+@contextmanager
+def prometheus_stopped(cluster):
+    """The cluster's Prometheus frozen (SIGSTOP: it answers nothing), then resumed."""
+    state = json.loads((cluster.state_dir / "state.json").read_text())
+    (pid,) = [p["pid"] for p in state["processes"] if p["name"] == "prometheus"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_no_data_holds_and_a_stopped_prometheus_never_rolls_back(cluster, op) -> None:
+    namespace, operator = op
+    svc = Svc(cluster, namespace, "nodata")
+    svc.create({"replicas": 1, "model": {"reference": "smollm2-135m", "maxContext": 512},
+                "drafter": {"method": "semi-ar", "k": 3}, "engine": ENGINE, "worker": WORKER,
+                "rollout": {"strategy": "Canary", "inconclusivePolicy": "Pause",
+                            "steps": [{"weight": 50, "pause": {"duration": "20s"}}],
+                            "analysis": {**analysis([{**SPEED, "min": 0.5}]),
+                                         "interval": "5s", "inconclusiveLimit": 3}}})
+    first = svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
+    svc.patch({"spec": {"engine": {**ENGINE, "queueBound": 20}}})
+    # no traffic at all: Inconclusive, never a pass nor a failure; the Pause policy holds
+    held = svc.wait(lambda s: rollout(s).get("pauseReason") == "Inconclusive",
+                    "the step held for no data")
+    assert rollout(held)["phase"] == "Paused" and not rollout(held).get("aborted")
+    assert all(a["verdict"] == "Inconclusive" for a in held["analysis"])
+    time.sleep(12)  # still held: inconclusive is not a reason to go on or back
+    assert rollout(svc.status())["pauseReason"] == "Inconclusive"
+    url = cluster.service_url(namespace, "nodata", ready=2)
+    # traffic comes back: the user lifts the hold (and tolerates thin windows from here on,
+    # so a busy machine's sparse samples do not pause the step again)
+    svc.patch({"spec": {"rollout": {"analysis": {"inconclusiveLimit": 100}}}})
+    with Traffic(url, concurrency=4, max_tokens=16) as traffic:
+        with prometheus_stopped(cluster):
+            controls.apply(svc.custom, namespace, "nodata", "resume", actor="test")
+            erred = svc.wait(lambda s: rollout(s).get("errorChecks", 0) >= 2,
+                             "analysis errors while Prometheus is stopped", timeout=180)
+            assert rollout(erred)["phase"] == "Progressing"
+            assert any(a["verdict"] == "Error" for a in erred["analysis"])
+            # killed mid-analysis (a query hangs on the stopped Prometheus) and restarted:
+            # the counts live in .status, the rollout goes on from there
+            operator.kill()
+            operator.start()
+            assert rollout(svc.status()).get("errorChecks", 0) >= 2
+        done = svc.wait(lambda s: rollout(s).get("phase") == "Healthy"
+                        and s.get("stableRevision") != first["stableRevision"],
+                        "promoted once Prometheus is back", timeout=READY_S + 120)
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    events = [e.reason for e in svc.core.list_namespaced_event(namespace).items
+              if e.involved_object.name == "nodata"]
+    assert "RolledBack" not in events and "RolloutCompleted" in events
+    assert done.get("canaryRevision") is None
+    svc.delete()
