@@ -103,6 +103,10 @@ def request_figures(data: Data) -> dict[str, Any]:
                 per[tg][g] = {"repeats": sums, "pooled": pooled, **{
                     k: _ci([s[k] for s in sums]) for k in
                     ("goodput_rps", "attainment", "e2e_p50_s", "e2e_p99_s", "ttft_p95_s")}}
+        per["_lang"] = {lang: {g: summarize(
+            [x for r in runs if r["group"] == g for x in r["results"] if x.lang == lang],
+            data.slo, t.duration_s * max(1, len([r for r in runs if r["group"] == g])))
+            for g in GROUPS} for lang in ("en", "zh")}
         out[t.name] = per
     return out
 
@@ -385,6 +389,15 @@ def markdown(data: Data, rep: dict[str, Any]) -> str:
                 if spec.serve else f"endpoint {spec.endpoint}")
         add(f"- **{g}** ({ROLES[g]}): {spec.description or ''} {what}; cold start "
             f"{_f(s.get('cold_start_s'), 3, ' s')} (measured apart from every trace)")
+    starts = ("started together (`parallel_start`), so each cold start includes the others' "
+              "load" if p.parallel_start else "started one after the other")
+    if any(p.groups[g].serve is not None for g in GROUPS):
+        add(f"- `serve` groups {starts}.")
+    pre = data.index.get("preflight") or {}
+    if pre:
+        add("- Preflight (idle, one request of the longest output, best of two): " + "; ".join(
+            f"{g} TTFT {_f(v['ttft_s'])} s, e2e {_f(v['e2e_s'])} s for {v['tokens']} tokens"
+            for g, v in pre.items()))
     slo = p.slo
     add(f"- SLO per request: TTFT ≤ {slo.ttft_s:g} s, TPOT ≤ {slo.tpot_s:g} s, end to end ≤ "
         f"{slo.e2e_s:g} s; attainment target {slo.attainment:.0%}; client timeout "
@@ -413,7 +426,10 @@ def markdown(data: Data, rep: dict[str, Any]) -> str:
     for g in GROUPS:
         c = data.index["capacity"].get(g) or {}
         steps = ", ".join(f"{s['rate']:.3g}: {s['attainment']:.2f}" for s in c.get("steps", []))
-        add(f"| {g} | {_f(c.get('capacity_rps'))} | {_f(c.get('first_failing_rps'))} | {steps} |")
+        cap = _f(c.get("capacity_rps"))
+        if c.get("capacity_rps") and c.get("first_failing_rps") is None:
+            cap = f"≥ {cap} (no step failed)"
+        add(f"| {g} | {cap} | {_f(c.get('first_failing_rps'))} | {steps} |")
     add("\n![capacity](capacity.png)\n")
     add("## Per trace and group (all task groups)\n")
     add("| trace | group | sent | warm-up excl. | attainment | goodput (req/s) | TTFT p50/p95/p99 (s)"
@@ -448,6 +464,15 @@ def markdown(data: Data, rep: dict[str, Any]) -> str:
                     f"{_mci(x['goodput_rps'])} | {_mci(x['e2e_p50_s'])} | {_mci(x['e2e_p99_s'])}"
                     f" | {_f(q['ttft_p95_s'])} | "
                     f"{_f(None if q['tpot_p50_s'] is None else 1000 * q['tpot_p50_s'])} | {failed} |")
+    add("\n### By language (all task groups, pooled over repeats)\n")
+    add("| trace | language | group | sent | attainment | e2e p50 (s) | e2e p99 (s) | TTFT p50 (s) |")
+    add("|---|---|---|---|---|---|---|---|")
+    for t, per in rep["requests"].items():
+        for lang, by_group in per.get("_lang", {}).items():
+            for g in GROUPS:
+                q = by_group[g]
+                add(f"| {t} | {lang} | {g} | {q['requests']} | {_f(q['attainment'])} | "
+                    f"{_f(q['e2e_p50_s'])} | {_f(q['e2e_p99_s'])} | {_f(q['ttft_p50_s'])} |")
     add("\n## Round accounting (server /metrics, steady windows, summed over repeats)\n")
     add(f"Windows of {p.window_s:g} s; steady = after warm-up, without the last (drain) window. "
         "Decode time = draft + schedule + verify + commit phase time "
@@ -507,8 +532,9 @@ def markdown(data: Data, rep: dict[str, Any]) -> str:
             f"{_f(c['cold_start_s'][g], 3)} |")
     lines = []
     if "drafter_memory_mb" in c:
-        lines.append(f"G1 holds {c['drafter_memory_mb']:.0f} MB more than G0 at idle (the "
-                     "drafter's weights and caches)")
+        lines.append(f"G1's idle RSS is {c['drafter_memory_mb']:+.0f} MB against G0's (the "
+                     "drafter's weights and caches; RSS counts touched pages only, so a few MB "
+                     "either way is noise)")
     if "memory_per_slot_mb" in c:
         lines.append(f"one KV slot costs {c['memory_per_slot_mb']:.1f} MB here (G2 − G0 idle RSS "
                      "over their slot difference)")
@@ -517,8 +543,12 @@ def markdown(data: Data, rep: dict[str, Any]) -> str:
                      "time; G2 never drafts, so that compute is plain decoding's there, on the "
                      "same cores and threads")
     if "capacity_lost_to_drafter" in c:
+        open_ended = any((data.index["capacity"].get(g) or {}).get("first_failing_rps") is None
+                         for g in ("G0", "G1"))
         lines.append(f"capacity lost to the drafter (1 − G1/G0 capacity): "
-                     f"{c['capacity_lost_to_drafter']:+.0%}")
+                     f"{c['capacity_lost_to_drafter']:+.0%}"
+                     + (" (a lower bound only: the sweep found no failing rate for G0 or G1)"
+                        if open_ended else ""))
     add("\n" + "; ".join(lines) + ".")
     if p.equal_resource_note:
         add(f"\nThe pilot file's accounting: {p.equal_resource_note}")
