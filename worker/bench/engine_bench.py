@@ -372,6 +372,27 @@ def top2_gap(model: Any, ids: Sequence[int]) -> float:
     return float(top[0] - top[1])
 
 
+def keyed_top2_gap(model: Any, ids: Sequence[int], params: Any, position: int) -> float:
+    """A seeded request's near-tie measure: after ``ids`` (prompt + the output's first
+    ``position`` tokens), the gap between the two best keyed scores log p(v) - log E(seed,
+    position, v) of the target at batch 1 (``params``: the request's SamplingParams). Batched
+    float sums may flip the keyed sample only where this gap is near 0, as for greedy."""
+    import torch
+
+    from specd.worker.engine.keyed import vocab_exponential
+    from specd.worker.engine.verifier import target_probs
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        logits = model(torch.tensor([list(ids)], device=device)).logits[0, -1:].float()
+    p = target_probs(logits, torch.tensor([params.temperature], device=device),
+                     torch.tensor([params.top_k], device=device),
+                     torch.tensor([params.top_p], device=device))
+    noise = vocab_exponential([params.seed], [position], p.shape[-1], device)
+    top = (torch.log(p.double()) - torch.log(noise.double()))[0].topk(2).values
+    return float(top[0] - top[1])
+
+
 def first_divergence(got: Sequence[int], want: Sequence[int]) -> int:
     """Index of the first token where two outputs differ (the shorter length if one is a
     prefix of the other)."""
