@@ -85,8 +85,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specd.worker.engine.api import TRAINED_DRAFTERS
-from specd.worker.engine.keyed import keyed_exponential, keyed_sample
 from specd.worker.engine.kernels import Linear, linear
+from specd.worker.engine.keyed import keyed_exponential, keyed_sample
 
 Keys = tuple[list[int], list[int]]  # per row (seed, output position of the first draft)
 
