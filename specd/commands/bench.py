@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="repeat the engine groups at each concurrency in passes until "
                              "each has run this long there (median pass reported; at most "
                              "5 passes)")
+    engine.add_argument("--sampling", default="greedy",
+                        help="comma-separated sampling variants, each engine group runs once "
+                             "per variant as <group>@<variant>: greedy, tT (unseeded, the "
+                             "standard rule), tT-seeded (seed per prompt, the coupled rule); "
+                             "e.g. t0.7,t0.7-seeded,t1.0,t1.0-seeded")
     engine.add_argument("--device", default="auto")
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--json", dest="json_out", default=None, help="write results here")
@@ -42,12 +47,13 @@ def run(args: argparse.Namespace) -> int:
 
     from specd import SpecdError
     from specd.worker.bench import engine_bench as bench
-    from specd.worker.bench.groups import parse_concurrency, parse_groups
+    from specd.worker.bench.groups import parse_concurrency, parse_groups, with_sampling
     from specd.worker.bench.prompts import DEFAULT_PROMPTS, encode_prompts, read_prompt_file
     from specd.worker.engine.threads import run_on_compute_thread, serial_main_thread
     from specd.worker.model import load_model
 
-    groups = parse_groups(args.groups)
+    groups = with_sampling(parse_groups(args.groups),
+                           [v.strip() for v in args.sampling.split(",") if v.strip()])
     concurrencies = parse_concurrency(args.concurrency)
     if args.max_tokens < 1 or args.k < 1:
         raise SpecdError("--max-tokens and --k must be >= 1")
@@ -97,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": threads, "min_seconds": args.min_seconds,
+        "threads": threads, "min_seconds": args.min_seconds, "sampling": args.sampling,
         "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
