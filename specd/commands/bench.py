@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
             threads=threads)
     engine_groups = [g for g in groups if not g.peer]
     if engine_groups:
-        print(f"[{time.perf_counter() - started:6.0f}s] starting {len(engine_groups)} engines "
+        print(f"[{time.perf_counter() - started:6.0f}s] starting "
+              f"{len({g.base for g in engine_groups})} engines "
               "(each measures its step-cost table)", flush=True)
         results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
                                            args.max_tokens, args.k, on_cell=progress,

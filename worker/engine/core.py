@@ -2,8 +2,9 @@
 
 Round: admit newcomers into free KV slots -> draft (decoding requests) -> schedule verify
 lengths (policy) -> ONE batched target forward over every request's pending token plus its
-verified drafts, plus prefill chunks of newcomers -> verify (greedy or speculative sampling)
--> commit (roll the KV back to the committed length, emit tokens, stop checks).
+verified drafts, plus prefill chunks of newcomers -> verify (greedy; speculative sampling,
+the coupled rule for seeded requests) -> commit (roll the KV back to the committed length,
+emit tokens, stop checks).
 
 Invariant per decoding request: the KV cache holds every committed token except the last one
 (the *pending* token), and ``hidden`` is the target's final-norm hidden state at the last
