@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per variant as <group>@<variant>: greedy, tT (unseeded, the "
                              "standard rule), tT-seeded (seed per prompt, the coupled rule); "
                              "e.g. t0.7,t0.7-seeded,t1.0,t1.0-seeded")
+    engine.add_argument("--cost-profile", choices=("measure", "none"), default="measure",
+                        help="none: skip the engines' start-up step-cost measurement (cost = "
+                             "token count; fine for fixed-length groups, which never read it)")
     engine.add_argument("--device", default="auto")
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--json", dest="json_out", default=None, help="write results here")
@@ -92,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
               "(each measures its step-cost table)", flush=True)
         results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
                                            args.max_tokens, args.k, on_cell=progress,
-                                           engine_options={"threads": threads},
+                                           engine_options={"threads": threads,
+                                                           "cost_profile": args.cost_profile},
                                            min_seconds=args.min_seconds)
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     eos = loaded.tokenizer.eos_token_id
@@ -105,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
         "threads": threads, "min_seconds": args.min_seconds, "sampling": args.sampling,
+        "cost_profile": args.cost_profile,
         "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
