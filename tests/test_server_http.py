@@ -148,6 +148,7 @@ def test_health_ready_models_metrics(served):
     assert ready.status_code == 200 and ready.json()["ready"] is True
     models = httpx.get(base + "/v1/models").json()
     assert [m["id"] for m in models["data"]] == [MODEL]
+    assert httpx.get(base + f"/v1/models/{MODEL}").json() == models["data"][0]
     text = scrape(served)
     for name in ("specd_queue_depth", "specd_running_batch_size", "specd_kv_usage_ratio",
                  "specd_policy_info", "specd_policy_reload_errors_total"):
@@ -207,6 +208,88 @@ def test_stop_strings_and_seeded_sampling(served, client):
     a = client.completions.create(temperature=0.9, top_p=0.95, seed=7, extra_body={"top_k": 40}, **base)
     b = client.completions.create(temperature=0.9, top_p=0.95, seed=7, extra_body={"top_k": 40}, **base)
     assert a.choices[0].text == b.choices[0].text  # a seed makes sampling reproducible
+
+
+def test_seeded_sampling_reproduces_under_load_and_any_policy(served, client):
+    """The issue's report: a seeded T=1.0 completion sent twice gave two texts sharing only a
+    prefix. Now: alone under plain decoding, and under a drafting policy beside 6 unseeded
+    requests, the same text."""
+    body = dict(model=MODEL, prompt="Once upon a time, in a small village,", max_tokens=24,
+                temperature=1.0, seed=1234)
+    alone = client.completions.create(**body).choices[0].text
+
+    def noise(i: int) -> str:
+        r = httpx.post(served.url() + COMP, timeout=300, json={
+            "model": MODEL, "prompt": f"Tell me about the number {i}.", "max_tokens": 16,
+            "temperature": 1.0})
+        return r.json()["choices"][0]["text"]
+
+    new = Policy(mode="fixed", k_max=3, fixed_length=3)
+    write_policy_atomically(served.policy_file.parent, new.model_dump_json())
+    try:
+        deadline = time.time() + 30
+        while served.engine.stats().policy_version != new.version():
+            assert time.time() < deadline, "policy was not reloaded"
+            time.sleep(0.02)
+        with ThreadPoolExecutor(7) as pool:
+            others = [pool.submit(noise, i) for i in range(6)]
+            loaded = pool.submit(lambda: client.completions.create(**body)).result()
+            assert all(f.result() is not None for f in others)
+        again = client.completions.create(**body)
+    finally:
+        write_policy_atomically(served.policy_file.parent, Policy(mode="plain").model_dump_json())
+        deadline = time.time() + 30
+        while served.engine.stats().policy_mode != "plain" and time.time() < deadline:
+            time.sleep(0.02)
+    assert loaded.choices[0].text == alone and again.choices[0].text == alone
+    assert loaded.usage.model_extra["speculative"]["drafted"] > 0  # really speculated
+
+
+# ---- the OpenAI API gaps a client trips on (issue 27) --------------------------------------
+
+
+def test_models_retrieve(client):
+    import openai
+
+    card = client.models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model" and card.owned_by == "specd"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("gpt-9")
+    assert err.value.body["param"] == "model" and err.value.body["code"] == "model_not_found"
+
+
+def test_stream_options_without_stream_is_400(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=2, stream=False,
+                                       stream_options={"include_usage": True})
+    assert err.value.body["param"] == "stream_options"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt="a", max_tokens=2,
+                                  stream_options={"include_usage": True})
+    assert err.value.body["param"] == "stream_options"
+    # with stream: true it is what it was
+    chunks = list(client.completions.create(model=MODEL, prompt="a", max_tokens=2, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].usage.completion_tokens >= 1
+
+
+def test_chat_message_without_content_is_400(client):
+    import openai
+
+    for messages in ([{"role": "user"}], [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": None}]):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        i = len(messages) - 1
+        assert err.value.body["param"] == f"messages[{i}].content"
+        assert f"messages[{i}].content" in err.value.body["message"]
+        assert err.value.body["code"] == "missing_required_parameter"
+    # an empty string is content
+    resp = client.chat.completions.create(model=MODEL, max_tokens=2, temperature=0,
+                                          messages=[{"role": "user", "content": ""}])
+    assert resp.choices[0].finish_reason in ("stop", "length")
 
 
 # ---- 64 concurrent streams ----------------------------------------------------------------
@@ -287,6 +370,12 @@ BAD_REQUESTS = [
     ("token id out of vocab", COMP, {"model": MODEL, "prompt": [5, 999999]}, None, 400,
      "prompt"),
     ("batched prompts", COMP, {"model": MODEL, "prompt": ["a", "b"]}, None, 400, "prompt"),
+    ("stream_options without stream", COMP, {"model": MODEL, "prompt": "a",
+                                             "stream_options": {"include_usage": True}},
+     None, 400, "stream_options"),
+    ("message without content", CHAT, {"model": MODEL, "messages": [{"role": "user"}]}, None,
+     400, "messages[0].content"),
+    ("unknown model card", "/v1/models/gpt-9", None, None, 404, "model_not_found"),
     ("empty prompt", COMP, {"model": MODEL, "prompt": ""}, None, 400, "prompt"),
     ("unknown path", "/v1/embeddings", {"model": MODEL, "input": "a"}, None, 404, None),
     ("wrong method", "/v1/models", None, None, 405, None),
@@ -299,7 +388,9 @@ def test_bad_requests_get_the_right_4xx_and_the_server_keeps_serving(served, cli
     before = metric_value(scrape(served), "specd_requests_total", outcome="rejected")
     wrong = []
     for name, path, body, headers, status, marker in BAD_REQUESTS:
-        if body is None:
+        if body is None and path.startswith("/v1/models/"):
+            r = httpx.get(base + path, timeout=30)
+        elif body is None:
             r = httpx.post(base + path, timeout=30)
         elif isinstance(body, str):
             r = httpx.post(base + path, content=body, timeout=30,

@@ -126,6 +126,25 @@ def test_unsupported_fields_are_named():
     assert ok.messages[0].text() == "ab"
 
 
+def test_invalid_field_combinations_are_named():
+    msg = [{"role": "user", "content": "hi"}]
+    req = CompletionRequest.model_validate({"model": "m", "prompt": "x",
+                                            "stream_options": {"include_usage": True}})
+    assert [f for f, _, _ in req.invalid_fields()] == ["stream_options"]
+    ok = CompletionRequest.model_validate({"model": "m", "prompt": "x", "stream": True,
+                                           "stream_options": {"include_usage": True}})
+    assert ok.invalid_fields() == []
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [*msg, {"role": "assistant"}, {"role": "user", "content": None}]})
+    assert [(f, c) for f, _, c in chat.invalid_fields()] == [
+        ("messages[1].content", "missing_required_parameter"),
+        ("messages[2].content", "missing_required_parameter")]
+    tool = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [*msg, {"role": "assistant", "tool_calls": [{"id": "c"}]},
+                                    {"role": "user", "content": ""}]})
+    assert tool.invalid_fields() == []  # tool calls stand for content; "" is content
+
+
 def test_server_metrics_leave_engine_owned_names_alone():
     registry = CollectorRegistry()
     engine_requests = Counter(names.REQUESTS, "engine's", ["outcome"], registry=registry)

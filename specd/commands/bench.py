@@ -30,6 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="repeat the engine groups at each concurrency in passes until "
                              "each has run this long there (median pass reported; at most "
                              "5 passes)")
+    engine.add_argument("--sampling", default="greedy",
+                        help="comma-separated sampling variants, each engine group runs once "
+                             "per variant as <group>@<variant>: greedy, tT (unseeded, the "
+                             "standard rule), tT-seeded (seed per prompt, the coupled rule); "
+                             "e.g. t0.7,t0.7-seeded,t1.0,t1.0-seeded")
+    engine.add_argument("--cost-profile", choices=("measure", "none"), default="measure",
+                        help="none: skip the engines' start-up step-cost measurement (cost = "
+                             "token count; fine for fixed-length groups, which never read it)")
     engine.add_argument("--device", default="auto")
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--json", dest="json_out", default=None, help="write results here")
@@ -42,12 +50,13 @@ def run(args: argparse.Namespace) -> int:
 
     from specd import SpecdError
     from specd.worker.bench import engine_bench as bench
-    from specd.worker.bench.groups import parse_concurrency, parse_groups
+    from specd.worker.bench.groups import parse_concurrency, parse_groups, with_sampling
     from specd.worker.bench.prompts import DEFAULT_PROMPTS, encode_prompts, read_prompt_file
     from specd.worker.engine.threads import run_on_compute_thread, serial_main_thread
     from specd.worker.model import load_model
 
-    groups = parse_groups(args.groups)
+    groups = with_sampling(parse_groups(args.groups),
+                           [v.strip() for v in args.sampling.split(",") if v.strip()])
     concurrencies = parse_concurrency(args.concurrency)
     if args.max_tokens < 1 or args.k < 1:
         raise SpecdError("--max-tokens and --k must be >= 1")
@@ -81,11 +90,13 @@ def run(args: argparse.Namespace) -> int:
             threads=threads)
     engine_groups = [g for g in groups if not g.peer]
     if engine_groups:
-        print(f"[{time.perf_counter() - started:6.0f}s] starting {len(engine_groups)} engines "
+        print(f"[{time.perf_counter() - started:6.0f}s] starting "
+              f"{len({g.base for g in engine_groups})} engines "
               "(each measures its step-cost table)", flush=True)
         results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
                                            args.max_tokens, args.k, on_cell=progress,
-                                           engine_options={"threads": threads},
+                                           engine_options={"threads": threads,
+                                                           "cost_profile": args.cost_profile},
                                            min_seconds=args.min_seconds)
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     eos = loaded.tokenizer.eos_token_id
@@ -97,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": threads, "min_seconds": args.min_seconds,
+        "threads": threads, "min_seconds": args.min_seconds, "sampling": args.sampling,
+        "cost_profile": args.cost_profile,
         "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)

@@ -107,3 +107,33 @@ def test_groups_take_each_slice_in_turn(target, chat_prompt_ids, monkeypatch):
     alone = run_engine_groups(target, parse_groups("plain"), prompts[1:], [1], max_tokens=5,
                               k=3, engine_options={"cost_profile": "none"})
     assert results["plain"][1].outputs[1] == alone["plain"][1].outputs[0]
+
+
+def test_sampling_variants_compare_coupled_with_standard(target, chat_prompt_ids):
+    """``--sampling t1.0,t1.0-seeded``: each engine group per variant, one engine each;
+    seeded cells match plain's seeded cell, and the report puts the two rules side by side."""
+    from specd.worker.bench.engine_bench import coupled_vs_standard, format_table
+    from specd.worker.bench.groups import parse_sampling, with_sampling
+
+    assert parse_sampling("t0.7-seeded") == (0.7, True) and parse_sampling("greedy") == (0, False)
+    with pytest.raises(Exception, match="tT-seeded"):
+        parse_sampling("hot")
+    prompts = [BenchPrompt(chat_prompt_ids(text), "chat", text) for text in
+               ("Name three colours.", "Write a short poem about the sea.")]
+    groups = with_sampling(parse_groups("plain,semi-ar-fixed"), ["t1.0", "t1.0-seeded"])
+    assert [g.name for g in groups] == ["plain@t1.0", "semi-ar-fixed@t1.0",
+                                        "plain@t1.0-seeded", "semi-ar-fixed@t1.0-seeded"]
+    results = run_engine_groups(target, groups, prompts, [1, 2], max_tokens=8, k=3,
+                                engine_options={"cost_profile": "none"})
+    mark_matches(results)
+    doc = report("smollm2-135m", results, {})
+    seeded = doc["groups"]["semi-ar-fixed@t1.0-seeded"]
+    assert seeded["1"]["match_plain"] is True and seeded["2"]["match_plain"] is True
+    assert doc["groups"]["semi-ar-fixed@t1.0"]["1"]["match_plain"] is None  # not comparable
+    # seeds are per prompt: the same outputs at c=1 and c=2
+    assert results["plain@t1.0-seeded"][1].outputs == results["plain@t1.0-seeded"][2].outputs
+    rows = coupled_vs_standard(doc["groups"])
+    assert set(rows) == {"plain", "semi-ar-fixed"} and set(rows["semi-ar-fixed"]) == {"t1.0"}
+    row = rows["semi-ar-fixed"]["t1.0"]["1"]
+    assert row["tau_coupled"] >= 1.0 and row["tau_standard"] >= 1.0
+    assert "semi-ar-fixed t1.0 c=1: tau standard" in format_table(doc)

@@ -1,6 +1,8 @@
 """Sampling is lossless: on a tiny model with an 8-token vocabulary, the joint distribution of
 the first three sampled tokens equals the exact target distribution for every drafter (chi^2
-over 20,000 samples), and the same test rejects a deliberately wrong acceptance rule."""
+over 20,000 samples), and the same test rejects a deliberately wrong acceptance rule. Both
+rules: the standard one (unseeded requests) and the coupled one (seeded requests, 20,000
+different seeds, keyed noise), each with a wrong variant that must fail."""
 
 from __future__ import annotations
 
@@ -72,7 +74,9 @@ def perturbed_net(name: str, tiny, variant: str | None = None):
 
 
 def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None,
-                  variant: str | None = None) -> dict:
+                  variant: str | None = None, seeded: bool = False) -> dict:
+    """``seeded``: request i carries seed i (the coupled rule; ``wrong_rule`` then replaces
+    ``verify_coupled``), else no seed (the standard rule; ``wrong_rule``: ``verify_sampling``)."""
     from specd.worker.engine.engine import Engine
 
     net = (perturbed_net(drafter, tiny, variant) if drafter in ("parallel", "semi-ar", "draft-model")
@@ -80,14 +84,17 @@ def sample_counts(tiny, drafter: str, policy: Policy, wrong_rule=None,
     cfg = EngineConfig(drafter=drafter, max_slots=500, max_context=16, cost_profile="none", seed=5,
                        prompt_lookup=variant == "lookup")
     engine = Engine(tiny, cfg, policy, drafter_net=net)
-    if wrong_rule is not None:
+    if wrong_rule is not None and seeded:
+        engine.core.verify_coupled = wrong_rule
+    elif wrong_rule is not None:
         engine.core.verify_sampling = wrong_rule
     if variant == "lookup":  # lookups look good wherever they match (this tiny model would
         # soon learn they are poor): both proposers' drafts then reach the verifier
         engine.drafter.stats.prior, engine.drafter.stats.prior_weight = 0.9, 1e9
     # one token more than measured, so the first round drafts two positions
-    params = SamplingParams(max_tokens=STEPS + 1, temperature=TEMPERATURE, top_k=TOP_K)
-    outs = engine.generate([GenerationRequest(list(PROMPT), params) for _ in range(SAMPLES)])
+    params = [SamplingParams(max_tokens=STEPS + 1, temperature=TEMPERATURE, top_k=TOP_K,
+                             seed=i if seeded else None) for i in range(SAMPLES)]
+    outs = engine.generate([GenerationRequest(list(PROMPT), params[i]) for i in range(SAMPLES)])
     counts: dict[tuple[int, ...], int] = {}
     accepted = 0
     for o in outs:
@@ -129,8 +136,7 @@ def exact(tiny):
 POLICY = Policy(mode="scheduled", k_max=3, fixed_length=2, max_verify=3, survival_floor=0.0)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("drafter,policy,variant", [
+VARIANTS = [
     ("none", Policy(mode="plain"), None),
     ("ngram", POLICY, None),
     ("parallel", Policy(mode="fixed", k_max=3, fixed_length=2), None),
@@ -139,9 +145,14 @@ POLICY = Policy(mode="scheduled", k_max=3, fixed_length=2, max_verify=3, surviva
     ("semi-ar", POLICY, "features"),  # fused target-layer features besides h_p
     ("draft-model", POLICY, None),
     ("semi-ar", POLICY, "lookup"),  # prompt lookup beside it (the prompt repeats [1, 2])
-])
-def test_sampling_matches_target_distribution(tiny, exact, drafter, policy, variant):
-    res = sample_counts(tiny, drafter, policy, variant=variant)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeded", [False, True], ids=["standard", "coupled"])
+@pytest.mark.parametrize("drafter,policy,variant", VARIANTS)
+def test_sampling_matches_target_distribution(tiny, exact, drafter, policy, variant, seeded):
+    res = sample_counts(tiny, drafter, policy, variant=variant, seeded=seeded)
     if drafter != "none":
         assert res["accepted"] > SAMPLES // 10  # the accept path is really exercised
     if variant == "lookup":
@@ -162,3 +173,45 @@ def test_wrong_acceptance_rule_is_rejected(tiny, exact):
     res = sample_counts(tiny, "semi-ar", POLICY, wrong_rule=wrong_resample_from_p)
     pvalue = chi2_pvalue(res["counts"], exact)
     assert pvalue < 1e-6, f"a wrong rule went unnoticed (p={pvalue:.2e})"
+
+
+def wrong_fresh_correction(p, seeds, positions, draft, lengths):
+    """The coupled rule's classic bug: at a mismatch, emit a fresh sample from p instead of
+    the keyed sample (the one the draft was compared with). Each token is still "from p",
+    but the choice now favours tokens the draft proposes."""
+    accepted, nxt = verifier.verify_coupled(p, seeds, positions, draft, lengths)
+    rows = torch.arange(p.shape[0])
+    fresh = torch.multinomial(p[rows, accepted], 1, generator=_FRESH).squeeze(1)
+    return accepted, torch.where(accepted < lengths, fresh, nxt)
+
+
+_FRESH = torch.Generator().manual_seed(3)
+
+
+@pytest.mark.slow
+def test_wrong_coupled_rule_is_rejected(tiny, exact):
+    res = sample_counts(tiny, "semi-ar", POLICY, wrong_rule=wrong_fresh_correction, seeded=True)
+    pvalue = chi2_pvalue(res["counts"], exact)
+    assert pvalue < 1e-6, f"a wrong coupled rule went unnoticed (p={pvalue:.2e})"
+
+
+@pytest.mark.slow
+def test_coupled_outputs_are_a_function_of_the_seed(tiny):
+    """The same seeds give the same outputs with another drafter, another policy and a
+    different batch (here: all 200 at once against 7 slots, in reverse order)."""
+    from specd.worker.engine.engine import Engine
+
+    def run(drafter, policy, slots, order):
+        net = perturbed_net(drafter, tiny) if drafter == "semi-ar" else None
+        cfg = EngineConfig(drafter=drafter, max_slots=slots, max_context=16,
+                           cost_profile="none", seed=slots)
+        engine = Engine(tiny, cfg, policy, drafter_net=net)
+        reqs = [GenerationRequest(list(PROMPT), SamplingParams(
+            max_tokens=6, temperature=TEMPERATURE, top_k=TOP_K, seed=i)) for i in order]
+        return {i: o.token_ids for i, o in zip(order, engine.generate(reqs), strict=True)}
+
+    seeds = list(range(200))
+    plain = run("none", Policy(mode="plain"), 200, seeds)
+    assert run("semi-ar", POLICY, 7, seeds[::-1]) == plain
+    assert run("ngram", Policy(mode="fixed", k_max=3, fixed_length=3), 50, seeds) == plain
+    assert len({tuple(v) for v in plain.values()}) > 100  # seeds really vary the output

@@ -30,7 +30,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specd.api import metrics as names
-from specd.worker.bench.groups import Group
+from specd.worker.bench.groups import Group, parse_sampling
 from specd.worker.bench.prompts import BenchPrompt
 
 
@@ -175,17 +175,30 @@ def _phase_seconds(registry: Any) -> dict[str, float]:
     return totals
 
 
-async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
-                 max_tokens: int, bar: tqdm) -> tuple[list[Any], float, list[float]]:
-    from specd.worker.engine import GenerationRequest, SamplingParams
+def request_params(group: Group | None, max_tokens: int, index: int) -> Any:
+    """The SamplingParams of prompt ``index`` in ``group`` (its sampling variant; seeded
+    variants: seed SEED_BASE + the prompt's index in the whole prompt list)."""
+    from specd.worker.bench.groups import SEED_BASE
+    from specd.worker.engine import SamplingParams
 
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    if group is None or group.sampling == "greedy":
+        return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=group.temperature,
+                          seed=SEED_BASE + index if group.seeded else None)
+
+
+async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
+                 max_tokens: int, bar: tqdm, group: Group | None = None, first: int = 0
+                 ) -> tuple[list[Any], float, list[float]]:
+    from specd.worker.engine import GenerationRequest
+
     outputs: list[Any] = [None] * len(prompts)
     rates: list[float] = [0.0] * len(prompts)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int, prompt: BenchPrompt) -> None:
         async with gate:
+            params = request_params(group, max_tokens, first + i)
             request = GenerationRequest(list(prompt.token_ids), params, prompt.task_group)
             began = time.perf_counter()
             tokens: list[int] = []
@@ -238,15 +251,18 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     from specd.worker.engine import Engine, EngineConfig
 
     max_prompt = max(len(p.token_ids) for p in prompts)
+    # groups that differ only in their sampling variant (``Group.base``) share one engine
     engines: dict[str, tuple[Any, Any]] = {}
     for group in groups:
+        if group.base in engines:
+            continue
         config = EngineConfig(drafter=group.drafter, drafter_path=drafter_path,
                               prompt_lookup=group.lookup,
                               max_slots=max(concurrencies),
                               max_context=max_prompt + max_tokens + 2 * k + 8,
                               **(engine_options or {}))
         registry = CollectorRegistry()
-        engines[group.name] = (Engine(loaded, config, policy=group.policy(k), registry=registry),
+        engines[group.base] = (Engine(loaded, config, policy=group.policy(k), registry=registry),
                                registry)
     cells: dict[str, dict[int, Cell]] = {g.name: {} for g in groups}
 
@@ -267,12 +283,13 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
                     for group in order:
                         if on_cell is not None:
                             on_cell(group.name, concurrency)
-                        engine, registry = engines[group.name]
+                        engine, registry = engines[group.base]
                         at = time.perf_counter() - began
                         await engine.start()
                         try:
                             cell = await _run_cell(engine, registry, group.name,
-                                                   prompts[lo:hi], concurrency, max_tokens)
+                                                   prompts[lo:hi], concurrency, max_tokens,
+                                                   group, lo)
                         finally:
                             await engine.stop(drain=False)
                         if group.name in this_pass:
@@ -293,11 +310,13 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
 
 
 async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[BenchPrompt],
-                    concurrency: int, max_tokens: int) -> Cell:
+                    concurrency: int, max_tokens: int, group: Group | None = None,
+                    first: int = 0) -> Cell:
     before = _phase_seconds(registry)
     bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
     with RssSampler() as rss:
-        results, seconds, rates = await _drive(engine, prompts, concurrency, max_tokens, bar)
+        results, seconds, rates = await _drive(engine, prompts, concurrency, max_tokens, bar,
+                                               group, first)
     bar.close()
     after = _phase_seconds(registry)
     cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
@@ -334,6 +353,9 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
                  until_eos: Sequence[str] = (), top2_gap: TopTwoGap | None = None) -> None:
     """Compare every cell's outputs with plain's at the same concurrency (or c=1).
 
+    A group with a sampling variant (``<group>@t1.0-seeded``) is compared with plain's group
+    of the same variant (``plain@t1.0-seeded``): seeded outputs must match (the coupled
+    rule); unseeded sampled groups are not compared.
     Groups named in ``until_eos`` (transformers' loops) are compared up to plain's first
     end-of-turn token: with ``ignore_eos`` the engine emits it and goes on, while
     ``min_new_tokens`` masks it and takes the runner-up, so past it the two differ by design.
@@ -341,8 +363,12 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
     prompt and these tokens; each divergence is measured there (``divergence_top2_gap_max``:
     a near-tie where batched sums round the other way, or a real bug when large).
     """
-    plain = results.get("plain", {})
     for name, cells in results.items():
+        base, _, variant = name.partition("@")
+        if variant and not parse_sampling(variant)[1] and variant != "greedy":
+            continue  # unseeded sampling: no two runs draw alike, nothing to compare
+        plain = results.get("plain" + (f"@{variant}" if variant else ""), {})
+        gap = top2_gap if not variant or variant == "greedy" else None  # greedy's measure
         for concurrency, cell in cells.items():
             reference = plain.get(concurrency) or plain.get(min(plain)) if plain else None
             if reference is None:
@@ -351,8 +377,8 @@ def mark_matches(results: dict[str, dict[int, Cell]], eos_ids: Sequence[int] = (
             for i, (got, want) in enumerate(zip(cell.outputs, reference.outputs, strict=True)):
                 n = _first(want, eos_ids) if name in until_eos else None  # None: whole
                 same.append(got[:n] == want[:n])
-                if not same[-1] and top2_gap is not None and name not in until_eos:
-                    gaps.append(top2_gap(i, want[: first_divergence(got, want)]))
+                if not same[-1] and gap is not None and name not in until_eos:
+                    gaps.append(gap(i, want[: first_divergence(got, want)]))
             cell.matched_requests = sum(same)
             cell.match_plain = all(same)
             cell.divergence_top2_gap_max = max(gaps) if gaps else None
@@ -369,6 +395,27 @@ def top2_gap(model: Any, ids: Sequence[int]) -> float:
     device = next(model.parameters()).device
     with torch.inference_mode():
         top = model(torch.tensor([list(ids)], device=device)).logits[0, -1].float().topk(2).values
+    return float(top[0] - top[1])
+
+
+def keyed_top2_gap(model: Any, ids: Sequence[int], params: Any, position: int) -> float:
+    """A seeded request's near-tie measure: after ``ids`` (prompt + the output's first
+    ``position`` tokens), the gap between the two best keyed scores log p(v) - log E(seed,
+    position, v) of the target at batch 1 (``params``: the request's SamplingParams). Batched
+    float sums may flip the keyed sample only where this gap is near 0, as for greedy."""
+    import torch
+
+    from specd.worker.engine.keyed import vocab_exponential
+    from specd.worker.engine.verifier import target_probs
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        logits = model(torch.tensor([list(ids)], device=device)).logits[0, -1:].float()
+    p = target_probs(logits, torch.tensor([params.temperature], device=device),
+                     torch.tensor([params.top_k], device=device),
+                     torch.tensor([params.top_p], device=device))
+    noise = vocab_exponential([params.seed], [position], p.shape[-1], device)
+    top = (torch.log(p.double()) - torch.log(noise.double()))[0].topk(2).values
     return float(top[0] - top[1])
 
 
@@ -392,8 +439,36 @@ def _first(tokens: list[int], ids: Sequence[int]) -> int:
 def report(model: str, results: dict[str, dict[int, Cell]], settings: dict[str, Any]) -> dict:
     groups = {g: {str(c): cell.summary() for c, cell in sorted(cells.items())}
               for g, cells in results.items()}
-    return {"model": model, "settings": settings, "groups": groups,
-            "comparisons": comparisons(groups)}
+    doc = {"model": model, "settings": settings, "groups": groups,
+           "comparisons": comparisons(groups)}
+    coupled = coupled_vs_standard(groups)
+    if coupled:
+        doc["coupled_vs_standard"] = coupled
+    return doc
+
+
+def coupled_vs_standard(groups: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per engine group, temperature and concurrency: tau and tokens/s of seeded requests
+    (the coupled rule, ``<group>@tT-seeded``) beside unseeded ones (the standard rule,
+    ``<group>@tT``), from the same run."""
+    out: dict[str, Any] = {}
+    for name, cells in groups.items():
+        base, _, variant = name.partition("@")
+        if not variant.endswith("-seeded") or f"{base}@{variant[:-7]}" not in groups:
+            continue
+        std = groups[f"{base}@{variant[:-7]}"]
+        rows = {}
+        for conc, cell in cells.items():
+            if conc not in std:
+                continue
+            s, c = std[conc], cell
+            rows[conc] = {"tau_standard": s["tau"], "tau_coupled": c["tau"],
+                          "tokens_per_s_standard": round(s["tokens_per_s"], 2),
+                          "tokens_per_s_coupled": round(c["tokens_per_s"], 2),
+                          "speed_coupled_vs_standard": (c["tokens_per_s"] / s["tokens_per_s"]
+                                                        if s["tokens_per_s"] else None)}
+        out.setdefault(base, {})[variant[:-7]] = rows
+    return out
 
 
 def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
@@ -429,11 +504,12 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
 
 def format_table(doc: dict[str, Any]) -> str:
     """One row per group and concurrency, with the speed-up over plain at that concurrency."""
-    header = (f"{'group':<20}{'conc':>5}{'tok/s':>9}{'x plain':>9}{'req tok/s':>11}"
+    header = (f"{'group':<30}{'conc':>5}{'tok/s':>9}{'x plain':>9}{'req tok/s':>11}"
               f"{'tau':>7}{'trunc':>7}{'verif':>7}{'rss MB':>9}  {'match':<12} phase share")
     lines = [header, "-" * len(header)]
-    plain = doc["groups"].get("plain", {})
     for group, cells in doc["groups"].items():
+        variant = group.partition("@")[2]  # against plain of the same sampling variant
+        plain = doc["groups"].get("plain" + (f"@{variant}" if variant else ""), {})
         for conc, s in cells.items():
             base = plain.get(conc, {}).get("tokens_per_s") or None
             ratio = f"{s['tokens_per_s'] / base:.2f}" if base else "-"
@@ -443,10 +519,19 @@ def format_table(doc: dict[str, Any]) -> str:
                      f"{s['matched_requests']}/{s['requests']}") if s["match_plain"] is not None else "-"
             if s.get("divergence_top2_gap_max") is not None:  # worst first-divergence gap
                 match += f" <{s['divergence_top2_gap_max']:.2f}"
-            lines.append(f"{group:<20}{conc:>5}{s['tokens_per_s']:>9.1f}{ratio:>9}"
+            lines.append(f"{group:<30}{conc:>5}{s['tokens_per_s']:>9.1f}{ratio:>9}"
                          f"{s['per_request_tokens_per_s']:>11.1f}{fmt(s['tau'], '.2f'):>7}"
                          f"{fmt(s['truncation_ratio'], '.2f'):>7}{fmt(s['mean_verified'], '.2f'):>7}"
                          f"{s['peak_rss_mb']:>9.0f}  {match:<12} {share}")
+    for base, temps in doc.get("coupled_vs_standard", {}).items():
+        for variant, rows in temps.items():
+            for conc, r in rows.items():
+                fmt = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+                lines.append(f"{base} {variant} c={conc}: tau standard {fmt(r['tau_standard'])}"
+                             f" coupled {fmt(r['tau_coupled'])}, tok/s standard "
+                             f"{r['tokens_per_s_standard']:.1f} coupled "
+                             f"{r['tokens_per_s_coupled']:.1f} "
+                             f"({fmt(r['speed_coupled_vs_standard'])}x)")
     for name, rows in doc.get("comparisons", {}).items():
         for conc, row in rows.items():
             parts = [f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"

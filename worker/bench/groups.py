@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from specd import SpecdError
@@ -15,10 +16,59 @@ class Group:
     mode: PolicyMode | None = None  # None for peers
     peer: str | None = None  # "generate" | "assisted-draft" | "assisted-lookup"
     lookup: bool = False  # prompt lookup beside the drafter (EngineConfig.prompt_lookup)
+    sampling: str = "greedy"  # a SAMPLING variant (``with_sampling``)
 
     def policy(self, k: int) -> Policy:
         assert self.mode is not None
         return Policy(mode=self.mode, k_max=k, fixed_length=k, max_verify=k)
+
+    @property
+    def base(self) -> str:
+        """The group's name without its sampling variant (groups sharing it share an engine)."""
+        return self.name.split("@", 1)[0]
+
+    @property
+    def temperature(self) -> float:
+        return parse_sampling(self.sampling)[0]
+
+    @property
+    def seeded(self) -> bool:
+        return parse_sampling(self.sampling)[1]
+
+
+SEED_BASE = 1000  # seeded variants: prompt i carries seed SEED_BASE + i
+
+
+def parse_sampling(variant: str) -> tuple[float, bool]:
+    """"greedy" -> (0, False); "t0.7" -> (0.7, False): unseeded, the standard rule;
+    "t0.7-seeded" -> (0.7, True): seeded, the coupled rule (verifier.verify_coupled)."""
+    if variant == "greedy":
+        return 0.0, False
+    body, seeded = (variant[:-7], True) if variant.endswith("-seeded") else (variant, False)
+    try:
+        if not body.startswith("t"):
+            raise ValueError(body)
+        temperature = float(body[1:])
+    except ValueError:
+        raise SpecdError(f"--sampling: {variant!r} is not greedy, tT or tT-seeded "
+                         "(e.g. t0.7, t1.0-seeded)") from None
+    if not 0.0 < temperature <= 2.0:
+        raise SpecdError(f"--sampling: temperature in (0, 2] required, got {variant!r}")
+    return temperature, seeded
+
+
+def with_sampling(groups: list[Group], variants: list[str]) -> list[Group]:
+    """Every engine group once per sampling variant, named ``<group>@<variant>`` (peers:
+    greedy only). ``["greedy"]`` leaves the groups as they are."""
+    for v in variants:
+        parse_sampling(v)
+    if variants == ["greedy"]:
+        return groups
+    out = [g for g in groups if g.peer]
+    for v in variants:
+        out += [dataclasses.replace(g, name=f"{g.name}@{v}", sampling=v)
+                for g in groups if not g.peer]
+    return out
 
 
 GROUPS: dict[str, Group] = {g.name: g for g in (

@@ -7,6 +7,13 @@ last committed token, not yet run through the target), with
   (``None`` for a row means one-hot at the drafted token: greedy or deterministic drafts);
 - ``confidence``: per position, the predicted probability the token is accepted given the
   earlier ones were (the scheduler turns these into prefix survival).
+
+Seeded rows (``DraftRow.seed`` set, temperature > 0) are verified by the coupled rule
+(``engine/verifier.py``): a draft is accepted exactly when it equals the target's keyed sample.
+A drafter that samples draws them with the same keyed noise, ``argmax(q / E)`` with
+``E = keyed_exponential(seed, position + i, token)`` for its i-th token (``sample_from_logits``
+with ``noise``), so it proposes the target's own sample wherever q is close to p; their q is
+then not needed. Deterministic drafters (greedy, lookup) need no change.
 """
 
 from __future__ import annotations
@@ -22,11 +29,18 @@ class DraftRow:
     tokens: list[int]  # committed context: prompt + output, the pending token last
     k: int  # how many tokens to propose (>= 1)
     temperature: float = 0.0  # 0: greedy drafting (q one-hot)
-    generator: torch.Generator | None = None  # the request's own RNG (seeded requests)
+    # seeded request: draw with the keyed noise of (seed, output position) instead of an RNG
+    seed: int | None = None
     # for drafters with ``needs_context``: the target's final-norm hidden states at the
     # committed positions this drafter has not been given yet, oldest first, ending at the
     # last cached position (whose next token is the pending one) [m, hidden]
     context: torch.Tensor | None = None
+    position: int = 0  # output position of the first token to propose (seeded rows' key)
+
+    @property
+    def coupled(self) -> bool:
+        """Drafted (and verified) with keyed noise: a seeded row that samples."""
+        return self.seed is not None and self.temperature > 0
 
 
 @dataclass
@@ -63,16 +77,15 @@ class Drafter:
         return 0
 
 
-def group_rows(rows: list[DraftRow]) -> list[tuple[float, torch.Generator | None, list[int]]]:
-    """Rows that can share one drafting call: same temperature and no private generator.
-
-    Seeded rows draft alone with their own generator, so a seed fixes the request's output.
-    """
-    groups: dict[float, list[int]] = {}
-    alone: list[tuple[float, torch.Generator | None, list[int]]] = []
+def group_rows(rows: list[DraftRow]) -> list[tuple[float, bool, list[int]]]:
+    """Rows that can share one drafting call: (temperature, coupled, row indices). Coupled
+    rows draw with their own keyed noise (``keys``), the others from the shared generator."""
+    groups: dict[tuple[float, bool], list[int]] = {}
     for i, row in enumerate(rows):
-        if row.temperature > 0 and row.generator is not None:
-            alone.append((row.temperature, row.generator, [i]))
-        else:
-            groups.setdefault(row.temperature, []).append(i)
-    return [(t, None, idx) for t, idx in groups.items()] + alone
+        groups.setdefault((row.temperature, row.coupled), []).append(i)
+    return [(t, c, idx) for (t, c), idx in groups.items()]
+
+
+def keys(rows: list[DraftRow], idx: list[int]) -> tuple[list[int], list[int]]:
+    """(seeds, first output positions) of coupled rows, for ``nets`` propose(keys=...)."""
+    return [rows[i].seed for i in idx], [rows[i].position for i in idx]  # type: ignore[misc]

@@ -10,6 +10,7 @@ import torch
 
 from specd.worker.drafters.base import Drafter, DraftRow, Proposal
 from specd.worker.drafters.nets import _max_prob_logit, sample_from_logits
+from specd.worker.engine.keyed import keyed_exponential
 from specd.worker.engine.llama import LlamaRunner, Row
 
 
@@ -78,10 +79,17 @@ class DraftModelDrafter(Drafter):
             picked = []
             for j, i in enumerate(active):
                 row = rows[i]
-                if row.temperature > 0:
+                if row.coupled:  # seeded: the keyed sample of this output position
+                    noise = keyed_exponential([row.seed], [row.position + step],
+                                              self.net.vocab_ids)
+                    ids, _ = sample_from_logits(sub[j: j + 1], self.net.vocab_ids,
+                                                self.net.vocab_size, row.temperature,
+                                                with_q=False, noise=noise)
+                    tok = int(ids[0])
+                elif row.temperature > 0:
                     ids, q = sample_from_logits(sub[j: j + 1], self.net.vocab_ids,
                                                 self.net.vocab_size, row.temperature,
-                                                row.generator or generator)
+                                                generator)
                     tok = int(ids[0])
                     qs[i].append(q[0])
                 else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from specd.worker.drafters.base import Drafter, DraftRow, Proposal, group_rows
+from specd.worker.drafters.base import Drafter, DraftRow, Proposal, group_rows, keys
 from specd.worker.engine.llama import Row
 
 
@@ -33,13 +33,15 @@ class HeadDrafter(Drafter):
         conf: list[list[float]] = [[] for _ in range(n)]
         qs: list[torch.Tensor | None] = [None] * n
         device = hidden.device
-        for temperature, own_gen, idx in group_rows(rows):
+        for temperature, coupled, idx in group_rows(rows):
             k = min(max(rows[i].k for i in idx), self.max_k)
             sel = torch.tensor(idx, device=device)
             last = torch.tensor([rows[i].tokens[-1] for i in idx], device=device)
             draft = self.net.propose(hidden[sel], last, k, temperature=temperature,
-                                     generator=own_gen or generator,
-                                     with_q=temperature > 0,  # greedy verify needs no q
+                                     generator=generator,
+                                     # greedy and coupled verification need no q
+                                     with_q=temperature > 0 and not coupled,
+                                     keys=keys(rows, idx) if coupled else None,
                                      layers=layers[sel] if layers is not None else None)
             ids = draft.tokens.tolist()
             cs = draft.confidence.float().tolist()
@@ -47,7 +49,7 @@ class HeadDrafter(Drafter):
                 kk = min(rows[i].k, k)
                 tokens[i] = ids[j][:kk]
                 conf[i] = cs[j][:kk]
-                if temperature > 0:
+                if draft.q is not None:
                     qs[i] = draft.q[j, :kk]
         return Proposal(tokens, conf, qs)
 

@@ -86,6 +86,17 @@ from torch import nn
 
 from specd.worker.engine.api import TRAINED_DRAFTERS
 from specd.worker.engine.kernels import Linear, linear
+from specd.worker.engine.keyed import keyed_exponential, keyed_sample
+
+Keys = tuple[list[int], list[int]]  # per row (seed, output position of the first draft)
+
+
+def position_noise(keys: Keys | None, i: int, vocab_ids: torch.Tensor) -> torch.Tensor | None:
+    """Keyed exponential noise [B, Vs] for draft position i of seeded rows (None: unseeded)."""
+    if keys is None:
+        return None
+    seeds, positions = keys
+    return keyed_exponential(seeds, [p + i for p in positions], vocab_ids)
 
 METHODS = TRAINED_DRAFTERS
 
@@ -119,19 +130,25 @@ def target_parts(target: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 def sample_from_logits(sub_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int,
                        temperature: float, generator: torch.Generator | None = None,
-                       with_q: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       with_q: bool = True, noise: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick tokens from sub-vocabulary logits [B, Vs]; return (ids [B], q [B, V] full vocab).
 
     Greedy (temperature 0) returns a one-hot q; sampling returns softmax(logits / T), the
     exact distribution the token was drawn from. ``with_q=False`` skips building q (greedy
     verification never reads it, and a dense [B, V] per position costs real time on CPU).
+    ``noise`` [B, Vs]: keyed exponential noise at ``vocab_ids`` (seeded rows): the token is
+    then the keyed sample argmax(q / E) instead of a draw from ``generator``.
     """
     if temperature <= 0.0:
         probs = None
         ids = vocab_ids[sub_logits.argmax(dim=-1)]
     else:
         probs = torch.softmax(sub_logits.float() / temperature, dim=-1)
-        ids = vocab_ids[torch.multinomial(probs, 1, generator=generator).squeeze(1)]
+        if noise is not None:
+            ids = vocab_ids[keyed_sample(probs, noise)]
+        else:
+            ids = vocab_ids[torch.multinomial(probs, 1, generator=generator).squeeze(1)]
     if not with_q:
         return ids, None
     q = sub_logits.new_zeros(sub_logits.shape[0], vocab_size, dtype=torch.float32)
@@ -253,14 +270,17 @@ class ParallelHeads(_BoundHead):
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor | None, k: int,
                 temperature: float = 0.0, generator: torch.Generator | None = None,
-                with_q: bool = True, layers: torch.Tensor | None = None) -> Draft:
+                with_q: bool = True, layers: torch.Tensor | None = None,
+                keys: Keys | None = None) -> Draft:
+        """``keys``: seeded rows' (seeds, positions): draw with keyed noise (module doc)."""
         if not 1 <= k <= self.num_positions:
             raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
         logits = self.forward(hidden.to(self.sub_head.dtype), k)
         tokens, qs = [], []
         for i in range(k):
             ids, q = sample_from_logits(logits[:, i], self.vocab_ids, self.vocab_size,
-                                        temperature, generator, with_q)
+                                        temperature, generator, with_q,
+                                        position_noise(keys, i, self.vocab_ids))
             tokens.append(ids)
             qs.append(q)
         z = _max_prob_logit(logits)
@@ -490,7 +510,9 @@ class SemiARDrafter(_BoundHead):
     @torch.no_grad()
     def propose(self, hidden: torch.Tensor, last_token: torch.Tensor, k: int,
                 temperature: float = 0.0, generator: torch.Generator | None = None,
-                with_q: bool = True, layers: torch.Tensor | None = None) -> Draft:
+                with_q: bool = True, layers: torch.Tensor | None = None,
+                keys: Keys | None = None) -> Draft:
+        """``keys``: seeded rows' (seeds, positions): draw with keyed noise (module doc)."""
         self._check_bound()
         if not 1 <= k <= self.num_positions:
             raise ValueError(f"k must be in 1..{self.num_positions}, got {k}")
@@ -503,7 +525,8 @@ class SemiARDrafter(_BoundHead):
             state = self._position(z, g, i)
             sub = self.project(state)
             prev, q = sample_from_logits(sub, self.vocab_ids, self.vocab_size, temperature,
-                                         generator, with_q)
+                                         generator, with_q,
+                                         position_noise(keys, i, self.vocab_ids))
             tokens.append(prev)
             qs.append(q)
             states.append(state)

@@ -9,7 +9,9 @@ Modules (one job each):
 - ``kv_cache``   slot-based preallocated KV cache; rollback = lowering a slot's length
 - ``scheduler``  pure: survival, B* = argmax (N + sum top-B S) / (cost(T + B) + O), O the
                  round's drafting time; bounds, modes
-- ``verifier``   pure: greedy prefix match, speculative sampling, target distribution processing
+- ``verifier``   pure: greedy prefix match, speculative sampling (standard rule), the coupled
+                 rule for seeded requests, target distribution processing
+- ``keyed``      keyed noise E(seed, output position, token): seeded sampling's randomness
 - ``cost``       start-up step-cost profiling (target forward time vs batched tokens)
 - ``metrics``    prometheus_client metrics named per ``specd.api.metrics``
 - ``quick_bench`` plain vs speculative tokens/s side by side (smoke benchmark)

@@ -50,7 +50,9 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0  # 0: no top-k cut
-    seed: int | None = None  # per-request RNG; None: drawn from the engine's RNG
+    # sampling keyed by (seed, output position): the output is a function of seed and prompt
+    # alone (the coupled rule, verifier.verify_coupled); None: the engine's RNG, standard rule
+    seed: int | None = None
     stop: tuple[str, ...] = ()  # stop strings; the text is cut before the match
     eos_token_ids: tuple[int, ...] | None = None  # None: the tokenizer's EOS
     ignore_eos: bool = False

@@ -2,8 +2,9 @@
 
 Round: admit newcomers into free KV slots -> draft (decoding requests) -> schedule verify
 lengths (policy) -> ONE batched target forward over every request's pending token plus its
-verified drafts, plus prefill chunks of newcomers -> verify (greedy or speculative sampling)
--> commit (roll the KV back to the committed length, emit tokens, stop checks).
+verified drafts, plus prefill chunks of newcomers -> verify (greedy; speculative sampling,
+the coupled rule for seeded requests) -> commit (roll the KV back to the committed length,
+emit tokens, stop checks).
 
 Invariant per decoding request: the KV cache holds every committed token except the last one
 (the *pending* token), and ``hidden`` is the target's final-norm hidden state at the last
@@ -70,9 +71,9 @@ class _Seq:
         self.context: list[torch.Tensor] = []
         self.output: list[int] = []
         self.spec = SpecStats()
-        seed = self.params.seed
-        self.generator = (torch.Generator(device=device).manual_seed(seed)
-                          if seed is not None else None)
+        # seeded sampling: every random choice is keyed by (seed, output position) (the
+        # coupled rule, ``verifier.verify_coupled``); unseeded: the engine's generator
+        self.coupled = self.params.seed is not None and not self.params.greedy
         self.eos = set() if self.params.ignore_eos else eos
         self.sink = sink
         self.text = ""  # text sent so far
@@ -105,7 +106,9 @@ class EngineCore:
         self._lock = threading.Lock()
         self.rounds = 0
         self.phase_seconds = {p: 0.0 for p in mnames.PHASES}
-        self.verify_sampling = verifier.verify_sampling  # swappable: tests inject a wrong rule
+        # swappable: tests inject a wrong rule
+        self.verify_sampling = verifier.verify_sampling
+        self.verify_coupled = verifier.verify_coupled
         self._conf_mean: list[float] = []  # running mean raw confidence per draft position
         self._draft_seconds: dict[int, float] = {}  # running mean draft time per batch bucket
         # per situation (decision, batch bucket): [rounds since its last probe, interval]
@@ -190,8 +193,9 @@ class EngineCore:
                 k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
                 if k > 0:
                     ctx = torch.cat(s.context) if with_context else None
-                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature, s.generator,
-                                         ctx))
+                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature,
+                                         s.params.seed if s.coupled else None, ctx,
+                                         position=len(s.output)))
                     idx.append(i)
             if rows:
                 td = time.perf_counter()
@@ -360,7 +364,9 @@ class EngineCore:
         if not entries:
             return results
         greedy = [e for e, ent in enumerate(entries) if ent[0].params.greedy]
-        sampled = [e for e, ent in enumerate(entries) if not ent[0].params.greedy]
+        coupled = [e for e, ent in enumerate(entries) if ent[0].coupled]
+        sampled = [e for e, ent in enumerate(entries)
+                   if not ent[0].params.greedy and not ent[0].coupled]
         if greedy:
             rows = torch.cat([torch.arange(entries[e][3], entries[e][3] + len(entries[e][1]) + 1)
                               for e in greedy]).to(self.device)
@@ -370,12 +376,21 @@ class EngineCore:
                 d = entries[e][1]
                 results[e] = verifier.accept_greedy(d, am[pos: pos + len(d) + 1])
                 pos += len(d) + 1
+        if coupled:
+            p, draft, lengths = self._target_probs(entries, coupled, logits)
+            seeds = [entries[e][0].params.seed for e in coupled]
+            positions = [len(entries[e][0].output) for e in coupled]
+            accepted, nxt = self.verify_coupled(p, seeds, positions, draft, lengths)
+            for j, e in enumerate(coupled):
+                results[e] = (int(accepted[j]), int(nxt[j]))
         if sampled:
             self._verify_sampled(entries, sampled, logits, results)
         return results
 
-    def _verify_sampled(self, entries: list, idx: list[int], logits: torch.Tensor,
-                        results: list) -> None:
+    def _target_probs(self, entries: list, idx: list[int], logits: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(p [B, K+1, V] processed target distributions, draft [B, K], lengths [B]) of the
+        rows ``idx``; positions past a row's length repeat its last one (padding)."""
         dev = self.device
         k = max(len(entries[e][1]) for e in idx)
         b = len(idx)
@@ -384,24 +399,13 @@ class EngineCore:
         temps, topk, topp = [], [], []
         draft = torch.zeros(b, k, dtype=torch.long)
         lengths = torch.zeros(b, dtype=torch.long)
-        q = torch.zeros(b, k, vocab, device=dev, dtype=torch.float32)
-        u_acc = torch.zeros(b, k, device=dev)
-        u_smp = torch.zeros(b, device=dev)
         for j, e in enumerate(idx):
-            s, d, qd, start = entries[e]
+            s, d, _qd, start = entries[e]
             n = len(d)
             gather[j] = start + torch.arange(k + 1).clamp(max=n)
             lengths[j] = n
             if n:
                 draft[j, :n] = torch.tensor(d)
-                if qd is None:  # deterministic draft: q is one-hot at the drafted token
-                    q[j, torch.arange(n), torch.tensor(d)] = 1.0
-                else:
-                    q[j, :n] = qd[:n].float()
-            gen = s.generator or self.generator
-            u = torch.rand(n + 1, generator=gen, device=dev)
-            u_acc[j, :n] = u[:n]
-            u_smp[j] = u[n]
             temps.append(s.params.temperature)
             topk.append(s.params.top_k)
             topp.append(s.params.top_p)
@@ -413,7 +417,30 @@ class EngineCore:
             torch.tensor(topk, device=dev).repeat_interleave(rep),
             torch.tensor(topp, device=dev, dtype=torch.float32).repeat_interleave(rep),
         ).view(b, rep, vocab)
-        accepted, nxt = self.verify_sampling(p, q, draft.to(dev), lengths.to(dev), u_acc, u_smp)
+        return p, draft.to(dev), lengths.to(dev)
+
+    def _verify_sampled(self, entries: list, idx: list[int], logits: torch.Tensor,
+                        results: list) -> None:
+        """The standard rule (unseeded rows), uniforms from the engine's generator."""
+        dev = self.device
+        p, draft, lengths = self._target_probs(entries, idx, logits)
+        b, k = draft.shape
+        vocab = logits.shape[-1]
+        q = torch.zeros(b, k, vocab, device=dev, dtype=torch.float32)
+        u_acc = torch.zeros(b, k, device=dev)
+        u_smp = torch.zeros(b, device=dev)
+        for j, e in enumerate(idx):
+            _s, d, qd, _start = entries[e]
+            n = len(d)
+            if n:
+                if qd is None:  # deterministic draft: q is one-hot at the drafted token
+                    q[j, torch.arange(n), torch.tensor(d)] = 1.0
+                else:
+                    q[j, :n] = qd[:n].float()
+            u = torch.rand(n + 1, generator=self.generator, device=dev)
+            u_acc[j, :n] = u[:n]
+            u_smp[j] = u[n]
+        accepted, nxt = self.verify_sampling(p, q, draft, lengths, u_acc, u_smp)
         for j, e in enumerate(idx):
             results[e] = (int(accepted[j]), int(nxt[j]))
 

@@ -12,13 +12,27 @@ the draft. Positions past a row's length are padding and never read.
   the distribution each draft token was drawn from (one-hot for greedy/deterministic drafts),
   otherwise the output no longer follows p and nothing crashes.
 
-Randomness comes in as pre-drawn uniforms (one row per request, drawn from that request's own
-generator), so these functions are deterministic and unit-testable.
+- Coupled (seeded requests, ``verify_coupled``): every output position i has one target
+  sample fixed in advance, the Gumbel-max ``t_i = argmax(p_i / E(seed, i, .))`` with keyed
+  exponential noise (``keyed``); accept the longest prefix where the draft equals it and emit
+  the target's keyed sample at the first mismatch (it *is* the correction) or after the last
+  draft (the bonus token). This is greedy verification against the keyed samples: lossless
+  for any drafter and any q (every emitted token is the target's own sample), and the output
+  is a function of (seed, prompt) alone, whatever the batch, the schedule or the drafter. A
+  drafter that samples uses the same noise (``argmax(q / E)``), so drafts agree with the
+  target as often as a shared-noise coupling allows: P(accept) >= (1 - TV) / (1 + TV) for the
+  Gumbel coupling, below the standard rule's 1 - TV (its cost, measured in docs/engine.md).
+
+Randomness for the standard rule comes in as pre-drawn uniforms (the engine's generator), and
+the coupled rule's from (seed, position) keys, so these functions are deterministic and
+unit-testable.
 """
 
 from __future__ import annotations
 
 import torch
+
+from specd.worker.engine.keyed import keyed_choice
 
 
 def first_false(ok: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -72,6 +86,30 @@ def verify_sampling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor,
     empty = residual.sum(-1) <= 0
     residual = torch.where(empty[:, None], p_at, residual)
     return accepted, _sample_rows(residual, u_sample)
+
+
+def coupled_samples(p: torch.Tensor, seeds: list[int], positions: list[int],
+                    lengths: torch.Tensor) -> torch.Tensor:
+    """The target's keyed samples [B, K+1]: row r at position i (i <= lengths[r]; later ones
+    are padding, left 0) is ``argmax(p[r, i] / E(seeds[r], positions[r] + i, .))``."""
+    b, k1, _ = p.shape
+    valid = torch.arange(k1, device=p.device)[None, :] <= lengths[:, None]
+    rows, cols = valid.nonzero(as_tuple=True)
+    rl, cl = rows.tolist(), cols.tolist()
+    picked = keyed_choice(p[rows, cols], [seeds[r] for r in rl],
+                          [positions[r] + c for r, c in zip(rl, cl, strict=True)])
+    out = torch.zeros(b, k1, dtype=torch.long, device=p.device)
+    out[rows, cols] = picked
+    return out
+
+
+def verify_coupled(p: torch.Tensor, seeds: list[int], positions: list[int],
+                   draft: torch.Tensor, lengths: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coupled speculative sampling (module doc). p [B, K+1, V] target probabilities
+    (temperature/top-k/top-p applied), seeds [B], positions [B] (the output position of each
+    row's first verified token), draft [B, K], lengths [B] -> (accepted [B], next_token [B])."""
+    return verify_greedy(coupled_samples(p, seeds, positions, lengths), draft, lengths)
 
 
 def target_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,

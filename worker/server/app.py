@@ -1,12 +1,12 @@
 """The OpenAI-compatible HTTP app in front of the engine.
 
 ``create_app(engine, tokenizer, settings, registry)`` builds a FastAPI app:
-POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models,
-GET /healthz, GET /readyz, GET /metrics, and POST /specd/v1/probe (``probe``: greedy outputs
-with the target's top-2 gaps, for the operator's lossless probes). Request handling is a
-straight line: validate -> tokenize -> check limits -> admit -> submit to the engine ->
-answer (JSON or SSE). Every refusal is an ``APIError`` answered in OpenAI's error shape;
-nothing a client sends may produce a 5xx.
+POST /v1/completions, POST /v1/chat/completions (stream or not), GET /v1/models (and
+/v1/models/{id}), GET /healthz, GET /readyz, GET /metrics, and POST /specd/v1/probe
+(``probe``: greedy outputs with the target's top-2 gaps, for the operator's lossless probes).
+Request handling is a straight line: validate -> tokenize -> check limits -> admit -> submit
+to the engine -> answer (JSON or SSE). Every refusal is an ``APIError`` answered in OpenAI's
+error shape; nothing a client sends may produce a 5xx.
 """
 
 from __future__ import annotations
@@ -131,6 +131,10 @@ class Server:
                            code="model_not_found")
 
     def check_supported(self, body: _Sampling) -> None:
+        invalid = body.invalid_fields()
+        if invalid:
+            param, why, code = invalid[0]
+            raise bad_request(why, param=param, code=code)
         problems = body.unsupported_fields()
         if problems:
             param, why = problems[0]
@@ -440,6 +444,14 @@ def create_app(engine: EngineLike, tokenizer: Any, settings: ServerSettings,
     async def models() -> ModelList:
         return ModelList(data=[ModelCard(id=settings.model_name, created=settings.created,
                                          max_model_len=settings.max_context)])
+
+    @app.get("/v1/models/{model_id:path}", response_model=ModelCard,
+             responses={404: ERROR_RESPONSES[404]})
+    async def model(model_id: str) -> ModelCard:
+        """One model (``client.models.retrieve``): the served one or one of its aliases."""
+        server.check_model(model_id)
+        return ModelCard(id=model_id, created=settings.created,
+                         max_model_len=settings.max_context)
 
     add_probe_route(app, server)  # POST /specd/v1/probe: the operator's lossless probes
 

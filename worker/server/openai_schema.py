@@ -70,6 +70,15 @@ class _Sampling(_Request):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    def invalid_fields(self) -> list[tuple[str, str, str]]:
+        """(field, why, code) for each combination OpenAI refuses with a 400 although every
+        field on its own has the right type."""
+        problems: list[tuple[str, str, str]] = []
+        if self.stream_options is not None and not self.stream:
+            problems.append(("stream_options", "The 'stream_options' parameter is only "
+                             "allowed when 'stream' is enabled.", "invalid_parameter"))
+        return problems
+
     def unsupported_fields(self) -> list[tuple[str, str]]:
         """(field, why) for each parameter set to something specd does not serve."""
         problems: list[tuple[str, str]] = []
@@ -113,8 +122,11 @@ class TextPart(_Request):
 
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
+    # required (``ChatCompletionRequest.invalid_fields``), except on an assistant message
+    # that carries tool calls, as in OpenAI's API
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -138,6 +150,15 @@ class ChatCompletionRequest(_Sampling):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: ResponseFormat | None = None
+
+    def invalid_fields(self) -> list[tuple[str, str, str]]:
+        problems = super().invalid_fields()
+        for i, m in enumerate(self.messages):
+            if m.content is None and not (m.role == "assistant" and m.tool_calls):
+                param = f"messages[{i}].content"
+                problems.append((param, f"Missing required parameter: '{param}'.",
+                                 "missing_required_parameter"))
+        return problems
 
     def token_limit(self) -> int | None:
         # max_completion_tokens is the newer name; it wins when both are given
