@@ -84,7 +84,7 @@ def rollback_on_live_metrics(cluster, namespace: str) -> None:
              timeout=READY_S, interval=1)
     stable_revision = status()["stableRevision"]
     url = cluster.service_url(namespace, NAME, ready=2)
-    with Traffic(url) as traffic:
+    with Traffic(url, concurrency=4, max_tokens=16) as traffic:
         time.sleep(5)
         custom.patch_namespaced_custom_object(  # the slower revision: Scheme A, K = 7 fixed
             k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL, NAME,
@@ -93,7 +93,7 @@ def rollback_on_live_metrics(cluster, namespace: str) -> None:
         started = time.monotonic()
         final = wait_for(lambda: (s := status()) and (s.get("rollout") or {}).get(
             "phase") == "RolledBack" and s, "the automatic rollback",
-            timeout=READY_S + 240, interval=1)
+            timeout=READY_S + 600, interval=1)
         rolled_back_after = time.monotonic() - started
         time.sleep(3)  # traffic keeps flowing, now all on stable
     assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
