@@ -9,12 +9,13 @@ does not care, and the acceptance pattern of real text is what the decision rest
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specd import SpecdError
+from specd.api.prompt_file import read_prompt_file
 from specd.pilot.config import Pilot, PilotError
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -51,20 +52,10 @@ class Prompt:
 
 
 def _rows(path: Path, where: str) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise PilotError(f"{where}: prompt file not found: {path}")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PilotError(f"{where}: {path}:{n}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not ("messages" in row or "prompt" in row):
-            raise PilotError(f"{where}: {path}:{n}: expected 'messages' or 'prompt'")
-        rows.append(row)
-    return rows
+    try:
+        return read_prompt_file(path)
+    except SpecdError as exc:
+        raise PilotError(f"{where}: {exc}") from None
 
 
 def load_prompts(pilot: Pilot) -> dict[str, list[Prompt]]:

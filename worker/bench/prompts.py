@@ -7,13 +7,12 @@ structured, long-form; others fold into ``other``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specd import SpecdError
 from specd.api.metrics import task_group
+from specd.api.prompt_file import read_prompt_file  # also re-exported for the callers
 
 DEFAULT_PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
@@ -23,26 +22,6 @@ class BenchPrompt:
     token_ids: list[int]
     task_group: str
     text: str
-
-
-def read_prompt_file(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
-        raise SpecdError(f"prompt file not found: {path}")
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecdError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        if not isinstance(row, dict) or not ("messages" in row or "prompt" in row):
-            raise SpecdError(f"{path}:{number}: expected an object with 'messages' or 'prompt'")
-        rows.append(row)
-    if not rows:
-        raise SpecdError(f"prompt file {path} has no prompts")
-    return rows
 
 
 def encode_prompts(rows: list[dict[str, Any]], tokenizer: Any) -> list[BenchPrompt]:
