@@ -29,9 +29,13 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "specd"
 CRD = f"{k8s.PLURAL}.{k8s.GROUP}"
-RELEASE = "specd"
+# not "specd": other modules apply deploy/rbac.yaml, whose cluster-scoped ClusterRole and
+# binding are named specd-operator, as the chart's would be for a release called specd (Helm
+# refuses to adopt them, rightly: they are not the release's)
+RELEASE = "specd-e2e"
+OPERATOR = f"{RELEASE}-operator"
 TIMEOUT = 150
-HISTORY_CLAIM = "specd-operator-history"
+HISTORY_CLAIM = f"{OPERATOR}-history"
 
 
 def sample(name: str) -> dict:
@@ -153,7 +157,7 @@ def test_install_upgrade_uninstall(cluster, namespaces) -> None:
     assert "kubectl specd list -n " + watched in out  # NOTES.txt's next commands
 
     first = release.ready_operator()
-    assert first.spec.service_account_name == "specd-operator"
+    assert first.spec.service_account_name == OPERATOR
     log = cluster.pod_log(home, first.metadata.name)
     assert "--kubeconfig" not in log.split("\n", 1)[0]  # in-cluster: the chart's SA token
     obj = release.reconciled(watched, "first")
@@ -165,7 +169,7 @@ def test_install_upgrade_uninstall(cluster, namespaces) -> None:
     inode = history.stat().st_ino
 
     # the chart's RBAC is all it has: it may patch specsvcs where it watches, not elsewhere
-    account = f"system:serviceaccount:{home}:specd-operator"
+    account = f"system:serviceaccount:{home}:{OPERATOR}"
     can = [cluster.kubectl("auth", "can-i", verb, CRD, "-n", ns, f"--as={account}",
                            check=False).stdout.strip()
            for verb, ns in (("patch", watched), ("patch", added), ("delete", watched))]
