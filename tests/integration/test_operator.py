@@ -136,7 +136,8 @@ def test_operator_identity_is_least_privilege(cluster, op_kubeconfig) -> None:
     assert can("list", "pods", "-A")  # the lossless probes read pods, nothing more
     for forbidden in (("get", "secrets", "-A"), ("delete", "deployments.apps", "-A"),
                       ("create", "pods", "-A"), ("patch", "pods", "-A"),
-                      ("create", "pods/exec", "-A"), ("get", "pods/log", "-A"), ("*", "*", "-A"),
+                      ("create", "pods", "--subresource=exec", "-A"),
+                      ("get", "pods", "--subresource=log", "-A"), ("*", "*", "-A"),
                       ("update", f"{k8s.PLURAL}.{k8s.GROUP}", "-A")):
         assert not can(*forbidden), forbidden
 
@@ -146,7 +147,9 @@ def test_sample_becomes_ready_on_fake_gpu_nodes(cluster, cluster_namespace, oper
     cluster.kubectl("apply", "-n", cluster_namespace,
                     "-f", str(ROOT / "examples" / "speculativeservice-plain.yaml"))
     name = "smollm2-plain"
-    obj = api.wait_ready(name, replicas=1)
+    # the sample's worker is a real `specd serve` (the pod runner): it loads the model and
+    # profiles its step costs before it is Ready (about a minute on an idle 2-core machine)
+    obj = api.wait_ready(name, replicas=1, timeout=300)
     st = obj["status"]
     assert {c["type"]: c["status"] for c in st["conditions"]} == \
         {"Ready": "True", "Progressing": "False", "Degraded": "False"}
@@ -290,9 +293,9 @@ def test_apply_time_error_degrades_without_crashing(cluster, cluster_namespace,
                                                     operator) -> None:
     api = Api(cluster, cluster_namespace)
     bad = sample("broken", gpus=0)
-    # Valid for the CRD, rejected by the API server when the Deployment is applied.
-    bad["spec"]["worker"]["resources"] = {"requests": {"memory": "2Gi"},
-                                          "limits": {"memory": "1Gi"}}
+    # Valid for the CRD, rejected by the API server when the Deployment is applied (an
+    # extended resource must be a whole number; the CRD checks only the GPU's).
+    bad["spec"]["worker"]["resources"] = {"limits": {"example.com/fpga": "500m"}}
     api.create(bad)
 
     def degraded():
@@ -303,18 +306,19 @@ def test_apply_time_error_degrades_without_crashing(cluster, cluster_namespace,
     obj = wait_for(degraded, "broken Degraded", timeout=30)
     cond = condition(obj, "Degraded")
     assert cond["reason"] == "ApplyRejected"
-    assert "Deployment broken-stable" in cond["message"] and "memory" in cond["message"]
+    assert "Deployment broken-stable" in cond["message"] and "example.com/fpga" in cond["message"]
     assert obj["status"]["observedGeneration"] == 1
 
     def warning_event():
         events = api.core.list_namespaced_event(cluster_namespace).items
         return [e for e in events if e.type == "Warning" and e.involved_object.name == "broken"
-                and e.reason == "ApplyRejected" and "memory" in (e.message or "")]
+                and e.reason == "ApplyRejected" and "example.com/fpga" in (e.message or "")]
 
     wait_for(warning_event, "a Warning event on the object", timeout=20)
     assert operator.alive()
 
-    api.patch("broken", {"worker": {"resources": {"requests": {"memory": "1Gi"}}}})
+    # fixed by the user: the fake nodes have no such resource, so drop it
+    api.patch("broken", {"worker": {"resources": {"limits": {"example.com/fpga": None}}}})
     fixed = api.wait_ready("broken", replicas=1)
     assert condition(fixed, "Degraded")["status"] == "False"
     assert operator.alive()
