@@ -41,7 +41,7 @@ from specd.operator.kube import Kube, TransientError, classify
 from specd.operator.manifests import desired_children, revision
 from specd.operator.rollout import children
 from specd.operator.rollout.canary import Config as CanaryConfig
-from specd.operator.rollout.canary import Measurement, Plan, Seen, advance
+from specd.operator.rollout.canary import Measurement, Plan, advance
 from specd.operator.rollout.state import RolloutState, from_status
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
 
@@ -269,7 +269,7 @@ class Reconciler:
                        self.measure(owner, spec, results) if config.analysis else None)
         return Tick(plan, children.actions(owner, spec, desired, plan, deployments, by_policy),
                     results, state, at, analysis_window(spec.rollout.analysis)
-                    if spec.rollout.analysis else "", observed)
+                    if spec.rollout.analysis else "")
 
     def measure(self, owner: dict[str, Any], spec: ServiceSpec,
                 results: list[Result]) -> Callable[[], Measurement]:
@@ -348,7 +348,7 @@ class Reconciler:
 @dataclass(frozen=True)
 class Tick:
     """One rollout tick: the plan, the children it implies, the analysis it ran, the state it
-    started from, when, the analysis window and what the tracks ran."""
+    started from, when, and the analysis window."""
 
     plan: Plan
     steps: list[children.Action]
@@ -356,7 +356,6 @@ class Tick:
     before: RolloutState
     now: float
     window: str
-    seen: Seen  # what the tracks ran when the tick was planned
 
 
 def _tick_guard(owner: dict[str, Any]) -> str:
