@@ -112,12 +112,11 @@ def judge(stable: Sequence[ProbeAnswer], canary: Sequence[ProbeAnswer], near_tie
     found = [compare(i, s, c, near_tie_gap)
              for i, (s, c) in enumerate(zip(stable, canary, strict=True))]
     failed = [f for f in found if f.outcome in ("different", "inconsistent")]
-    same = sum(f.outcome != "different" and f.outcome != "inconsistent" for f in found)
     if failed:
         first = failed[0]
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
         return result("Failed", f"probe {first.probe}: {first.detail}{more}",
-                      same / len(found))
+                      1 - len(failed) / len(found))
     ties = [f for f in found if f.outcome == "near-tie"]
     note = (f"; {len(ties)} parted at a numeric near-tie (probe {ties[0].probe}, "
             f"{ties[0].detail})") if ties else ""
