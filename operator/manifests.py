@@ -33,6 +33,11 @@ WORKER_UID = 10001
 # The container command, set explicitly (not left to the image's ENTRYPOINT) so that anything
 # reading the pod from the API -- the local pod runner, a policy engine -- sees what runs.
 WORKER_COMMAND = ["/usr/bin/tini", "--", "specd", "serve"]
+# A deleted worker keeps serving this long (preStop sleep) while its endpoint is removed
+# everywhere, then has DRAIN_S for in-flight generations (the worker's own --grace-period
+# is shorter, so it exits before the kubelet's SIGKILL).
+PRESTOP_SLEEP_S = 5
+DRAIN_S = 60
 
 Manifest = dict[str, Any]
 
@@ -90,7 +95,7 @@ def revision(spec: ServiceSpec) -> str:
 
 def policy_document(policy: Policy) -> str:
     """The policy JSON as stored in the ConfigMap: sorted keys, indented, reviewable."""
-    return json.dumps(policy.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    return json.dumps(policy.document(), indent=2, sort_keys=True) + "\n"
 
 
 # ---- ownership --------------------------------------------------------------------------
@@ -238,6 +243,9 @@ def build_pod_template(owner: Mapping[str, Any], spec: ServiceSpec, track: str,
         "startupProbe": _probe("/healthz", period=5, failures=120, timeout=3),
         "livenessProbe": _probe("/healthz", period=10, failures=3, timeout=5),
         "readinessProbe": _probe("/readyz", period=5, failures=3, timeout=3),
+        # Endpoint removal reaches proxies and load balancers a moment after the deletion:
+        # keep serving that long, then SIGTERM stops admission and drains what is in flight.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
         "volumeMounts": [
             {"name": POLICY_VOLUME, "mountPath": k8s.POLICY_MOUNT_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
@@ -252,7 +260,8 @@ def build_pod_template(owner: Mapping[str, Any], spec: ServiceSpec, track: str,
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,  # workers never talk to the API server
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,  # let in-flight generations drain on SIGTERM
+        # the preStop sleep, then in-flight generations drain on SIGTERM
+        "terminationGracePeriodSeconds": PRESTOP_SLEEP_S + DRAIN_S,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": WORKER_UID,

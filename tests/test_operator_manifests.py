@@ -156,6 +156,10 @@ def test_worker_pod_shape() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # deleted: serve through the preStop sleep, then drain within the grace period
+    prestop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert prestop > 0 and "--grace-period" not in container["args"]  # serve's 30 s default
+    assert pod["spec"]["terminationGracePeriodSeconds"] > prestop + 30
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert pod["spec"]["automountServiceAccountToken"] is False
@@ -205,7 +209,7 @@ def test_policy_follows_drafter_when_mode_unset() -> None:
 def test_policy_document_round_trips() -> None:
     cm = _build(_sample())["ConfigMap"]
     text = cm["data"][POLICY_KEY]
-    assert json.loads(text) == parse_policy(text).model_dump(mode="json")
+    assert json.loads(text) == parse_policy(text).document()
 
 
 def test_selector_string_selects_both_tracks() -> None:

@@ -56,6 +56,9 @@ def test_the_operators_worker_pods_are_runner_pods() -> None:
     template = manifests.build_pod_template(owner, ServiceSpec.model_validate(sample["spec"]),
                                             "stable", "rev")
     assert rules.is_runner_pod({"metadata": {}, "spec": template["spec"]})
+    # the runner honours the worker's preStop hook (it keeps serving while proxies catch up)
+    (container,) = template["spec"]["containers"]
+    assert rules.prestop_sleep(container) == manifests.PRESTOP_SLEEP_S > 0
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq (Debian) evaluates kwok's rule here")
@@ -290,3 +293,35 @@ def test_the_documented_production_job_is_the_codes() -> None:
     text = (ROOT / "docs" / "prometheus.md").read_text()
     block = text.split("production_scrape_config() -->\n```yaml\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(block) == {"scrape_configs": [discovery.production_scrape_config()]}
+
+
+def test_proxy_falls_back_to_serving_terminating_endpoints_like_kube_proxy() -> None:
+    services = [{"metadata": {"namespace": "ns", "name": "svc"},
+                 "spec": {"selector": {"a": "b"}, "ports": [{"name": "http", "port": 80}]}}]
+    local = {"old": 5001, "new": 5002, "gone": 5003}
+
+    def servers(conditions: dict[str, dict]) -> tuple:
+        endpoint_slice = {
+            "metadata": {"namespace": "ns", "labels": {"kubernetes.io/service-name": "svc"}},
+            "ports": [{"name": "http", "port": 8000}],
+            "endpoints": [{"targetRef": {"kind": "Pod", "name": name}, "conditions": c}
+                          for name, c in conditions.items()]}
+        (front,) = proxy.frontends(services, [endpoint_slice], {}, lambda: 7000,
+                                   lambda ns, pod, port: local.get(pod))
+        return front.servers
+
+    draining = {"ready": False, "serving": True, "terminating": True}
+    stopped = {"ready": False, "serving": False, "terminating": True}
+    # a Ready endpoint takes all the traffic; the terminating one gets none
+    assert servers({"old": draining, "new": {"ready": True}}) == (("new", 5002),)
+    # nothing Ready (a one-replica Deployment rolling over): the still-serving one keeps it
+    assert servers({"old": draining, "gone": stopped, "new": {"ready": False}}) == (
+        ("old", 5001),)
+    assert servers({"gone": stopped}) == ()
+
+
+def test_prestop_sleep_is_the_only_hook_the_runner_runs() -> None:
+    assert rules.prestop_sleep({"name": "w"}) == 0
+    assert rules.prestop_sleep({"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}) == 5
+    with pytest.raises(rules.PodSpecError, match="exec hooks are not supported"):
+        rules.prestop_sleep({"lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}}})

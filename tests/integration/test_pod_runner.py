@@ -4,9 +4,9 @@ their Service's loopback URL (HAProxy) and scraped by the cluster's Prometheus.
 One module, tests in order over one SpeculativeService (real `specd serve` workers on the
 embedded model, semi-ar drafter, started by the real operator under its least-privilege
 ServiceAccount): two workers answer through the Service and appear in Prometheus; scale up,
-delete a pod, a policy-only edit hot-reloads the running processes; SIGKILL -> restart; a
-failing readiness probe -> NotReady and no traffic; an operator pod runs in-cluster under its
-own ServiceAccount; bad input (not a specd entry point, over the process cap, a command
+delete a pod under traffic (no request lost), a policy-only edit hot-reloads the running
+processes; SIGKILL -> restart; a failing readiness probe -> NotReady and no traffic; an
+operator pod runs in-cluster under its own ServiceAccount; bad input (not a specd entry point, over the process cap, a command
 that fails at once)."""
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from specd.api import k8s
 from specd.cluster.handle import wait_for
 from specd.cluster.processes import is_alive
 from specd.cluster.runner import state as runner_state
-from specd.operator.testing import operator_for_namespace
+from specd.operator import manifests
+from specd.operator.testing import Traffic, operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -194,10 +195,21 @@ def test_scale_delete_and_a_policy_edit_that_reloads_without_restart(env) -> Non
     pids = {p.metadata.name: env.process(p.metadata.name)["pid"] for p in pods}
     assert len(set(pids.values())) == 3
 
+    # a deletion under traffic loses no request: the preStop sleep keeps the pod serving
+    # while HAProxy drops it, then SIGTERM drains what it still has
     victim = pods[0].metadata.name
     record = env.process(victim)
-    env.cluster.kubectl("delete", "pod", victim, "-n", env.ns, "--wait=true", "--timeout=90s")
-    assert not is_alive(record["pid"], record["start_ticks"])  # SIGTERM, then gone
+    url = env.cluster.service_url(env.ns, NAME, ready=3)
+    with Traffic(url, concurrency=2, max_tokens=8) as traffic:
+        time.sleep(2)
+        deleted = time.monotonic()
+        env.core.delete_namespaced_pod(victim, env.ns)
+        exited = wait_for(lambda: None if is_alive(record["pid"], record["start_ticks"])
+                          else time.monotonic(), f"{victim}'s process to exit", timeout=90)
+        wait_for(lambda: victim not in {p.metadata.name for p in env.core.list_namespaced_pod(
+            env.ns).items}, f"{victim} removed", timeout=30)
+    assert exited - deleted >= manifests.PRESTOP_SLEEP_S  # the hook held SIGTERM back
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
     pods = env.ready_pods(3)
     assert victim not in {p.metadata.name for p in pods}
     pids = {p.metadata.name: env.process(p.metadata.name)["pid"] for p in pods}
@@ -355,9 +367,17 @@ def test_bad_input(env) -> None:
     assert "/nonexistent/policy.json" in _cli(env.cluster, "logs", "crashes", "-n", env.ns)
     assert env.events("crashes", "BackOff")
 
-    # over the process cap: not Ready, an Event saying why
-    published = env.cluster.runner_state()
-    running = sum(1 for p in published.pods if p.get("admitted"))
+    # over the process cap: not Ready, an Event saying why (counted once the pods deleted by
+    # earlier tests have ended: one still in its preStop sleep would free its slot later)
+    def settled() -> tuple[int] | None:
+        live = {(p.metadata.namespace, p.metadata.name)
+                for p in env.core.list_pod_for_all_namespaces().items
+                if p.metadata.deletion_timestamp is None}
+        admitted = [p for p in env.cluster.runner_state().pods if p.get("admitted")]
+        ended = all((p["namespace"], p["pod"]) in live for p in admitted)
+        return (len(admitted),) if ended else None
+
+    (running,) = wait_for(settled, "the deleted pods' processes to end", timeout=120)
     runner_state.set_max_processes(env.cluster.state_dir, running)
     try:
         env.core.create_namespaced_pod(env.ns, _bare_pod(

@@ -72,6 +72,7 @@ class PodWorker(threading.Thread):
         self.key = (meta["namespace"], meta["name"])
         self.uid = meta["uid"]
         self.container = rules.runner_container(pod)
+        self.prestop_s = rules.prestop_sleep(self.container)
         self.dir = runner.pods_dir / f"{meta['namespace']}_{meta['name']}_{self.uid[:8]}"
         self.log_path = runner.logs_dir / f"{meta['namespace']}_{meta['name']}.log"
         self.state = ContainerState(name=self.container["name"],
@@ -131,7 +132,7 @@ class PodWorker(threading.Thread):
                 self._kill_group(grace=min(rules.termination_grace(self.pod), 10.0))
                 return
             if self.gone.is_set() or self.deleting:
-                self._kill_group(grace=rules.termination_grace(self.pod))
+                self._terminate()
                 if not self.gone.is_set():
                     self.runner.delete_pod(self.pod)
                 return
@@ -411,6 +412,20 @@ class PodWorker(threading.Thread):
         self._event("BackOff", f"Back-off restarting failed container {self.state.name} "
                     f"(exit {exit_code}; log: specd cluster logs {self.key[1]} -n {self.key[0]})",
                     once=False)
+
+    def _terminate(self) -> None:
+        """The kubelet's order on deletion: the preStop hook (the process keeps serving while
+        proxies drop the endpoint), then SIGTERM with what is left of the grace period (at
+        least 2 s, the kubelet's one-off extension when the hook used it all)."""
+        grace = rules.termination_grace(self.pod)
+        started = time.monotonic()
+        hold = 0.0 if self.gone.is_set() else min(self.prestop_s, grace)
+        while (time.monotonic() - started < hold and self.process is not None
+               and self.process.poll() is None and not self.stopping.is_set()):
+            self._push_status()
+            time.sleep(LOOP_S)
+        left = grace - (time.monotonic() - started)
+        self._kill_group(grace=left if hold == 0 else max(left, 2.0))
 
     def _kill_group(self, grace: float, restart: bool = False) -> None:
         """SIGTERM the process group, wait up to ``grace`` s, SIGKILL what is left;

@@ -3,7 +3,8 @@
 Each Service port gets a stable loopback port (a frontend); its backend lists the Ready
 endpoints of the Service's EndpointSlices, each endpoint mapped through its targetRef pod to
 the loopback port the runner gave that pod's container port. Endpoints that are not Ready,
-or pods kwok only simulates, get no server, so they get no traffic. When the set changes the
+or pods kwok only simulates, get no server, so they get no traffic; as with kube-proxy,
+terminating endpoints that still serve are used when no endpoint is Ready. When the set changes the
 runner rewrites the configuration, checks it (``haproxy -c``) and sends SIGUSR2 to the
 master process (master-worker mode): new connections use the new servers, in-flight
 requests finish on the old worker.
@@ -48,20 +49,30 @@ def service_ports(service: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 def ready_servers(slices: Iterable[Mapping[str, Any]], port_name: str,
                   local_port: Callable[[str, int], int | None]) -> tuple[tuple[str, int], ...]:
-    """(pod, loopback port) for every Ready endpoint of the slices serving ``port_name``;
-    ``local_port(pod, container_port)`` is None for pods the runner does not run."""
-    servers = set()
+    """(pod, loopback port) for every Ready endpoint of the slices serving ``port_name``
+    (else every serving, terminating one); ``local_port(pod, container_port)`` is None for
+    pods the runner does not run."""
+    ready, terminating = set(), set()
     for endpoint_slice in slices:
         ports = [p for p in endpoint_slice.get("ports") or [] if p.get("name", "") == port_name]
         for endpoint in endpoint_slice.get("endpoints") or []:
             ref = endpoint.get("targetRef") or {}
-            if ref.get("kind") != "Pod" or not (endpoint.get("conditions") or {}).get("ready"):
+            conditions = endpoint.get("conditions") or {}
+            if ref.get("kind") != "Pod":
+                continue
+            if conditions.get("ready"):
+                into = ready
+            elif conditions.get("serving") and conditions.get("terminating"):
+                into = terminating
+            else:
                 continue
             for port in ports:
                 local = local_port(ref["name"], int(port["port"]))
                 if local is not None:
-                    servers.add((str(ref["name"]), local))
-    return tuple(sorted(servers))
+                    into.add((str(ref["name"]), local))
+    # kube-proxy's rule: terminating endpoints that still serve get traffic only when no
+    # endpoint is ready (a whole Deployment rolling over), rather than refusing it all.
+    return tuple(sorted(ready or terminating))
 
 
 def frontends(services: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]],

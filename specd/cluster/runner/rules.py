@@ -303,3 +303,17 @@ def termination_grace(pod: Pod) -> float:
     if value is None:
         value = spec.get("terminationGracePeriodSeconds", 30)
     return float(value)
+
+
+def prestop_sleep(container: Mapping[str, Any]) -> float:
+    """Seconds of the container's ``lifecycle.preStop.sleep`` hook (0 without one): the pod
+    keeps serving that long after its deletion, while the endpoint change reaches every
+    proxy, before SIGTERM. Exec and HTTP hooks are refused: this runner cannot run them."""
+    hook = (container.get("lifecycle") or {}).get("preStop")
+    if not hook:
+        return 0.0
+    other = sorted(set(hook) - {"sleep"})
+    if other:
+        raise PodSpecError(f"lifecycle.preStop: {other[0]} hooks are not supported by the "
+                           "pod runner (sleep is)")
+    return float(hook["sleep"]["seconds"])
