@@ -14,6 +14,16 @@ PromQL recipes (rate windows are examples):
 - per-position acceptance:
                         sum by (position) (rate(specd_accepted_per_position_total[1m]))
                           / ignoring(position) group_left sum(rate(specd_verified_requests_total[1m]))
+- conditional acceptance of position i by task group (given position i was reached: verified,
+  every earlier draft accepted), and what the scheduler predicted for it (calibration):
+                        sum by (task_group, position) (rate(specd_accepted_per_position_total[5m]))
+                          / sum by (task_group, position) (rate(specd_reached_per_position_total[5m]))
+                        sum by (task_group, position) (rate(specd_predicted_per_position_total[5m]))
+                          / sum by (task_group, position) (rate(specd_reached_per_position_total[5m]))
+- per-request goodput (committed tokens per second of decode round) by group, round kind
+  (speculative, or plain: the true-plain reference) and batch-size bucket:
+                        sum by (task_group, round_kind, batch) (rate(specd_decode_tokens_total[5m]))
+                          / sum by (task_group, round_kind, batch) (rate(specd_decode_seconds_total[5m]))
 - p95 request latency by task group:
                         histogram_quantile(0.95, sum by (le, task_group) (rate(specd_request_latency_seconds_bucket[5m])))
 - round phase time share:
@@ -32,6 +42,12 @@ TRUNCATED_TOKENS = "specd_truncated_tokens"
 ACCEPTED_TOKENS = "specd_accepted_tokens"
 EMITTED_TOKENS = "specd_emitted_tokens"
 ACCEPTED_PER_POSITION = "specd_accepted_per_position"  # label: position (1-based)
+VERIFIED_PER_POSITION = "specd_verified_per_position"  # request-rounds verifying position i
+REACHED_PER_POSITION = "specd_reached_per_position"  # ... and accepting every draft before it
+PREDICTED_PER_POSITION = "specd_predicted_per_position"  # sum of the predicted c(r, i) there
+# request-seconds and committed tokens of decode rounds (labels: round_kind, batch)
+DECODE_SECONDS = "specd_decode_seconds"
+DECODE_TOKENS = "specd_decode_tokens"
 VERIFIED_REQUESTS = "specd_verified_requests"  # request-rounds that verified >= 1 token
 REQUESTS = "specd_requests"  # label: outcome (finished|cancelled|rejected|error)
 POLICY_RELOAD_ERRORS = "specd_policy_reload_errors"
@@ -61,6 +77,9 @@ LABEL_POLICY_VERSION = "policy_version"
 LABEL_TASK_GROUP = "task_group"
 LABEL_POSITION = "position"
 LABEL_PHASE = "phase"
+LABEL_ROUND_KIND = "round_kind"  # speculative | plain (no request drafted)
+LABEL_BATCH = "batch"  # decoding requests in the round, rounded up to a power of two
+ROUND_KINDS = ("speculative", "plain")
 
 # Task groups: a bounded label set (seed 003); unknown names fold into "other".
 TASK_GROUPS = ("chat", "code", "structured", "long-form", "other")

@@ -44,3 +44,37 @@ def test_task_groups_fold_unknown_names():
     assert task_group("poetry") == "other"
     assert task_group(None) == "other"
     assert "other" in TASK_GROUPS
+
+
+def test_group_overrides_apply_per_task_group_and_version_only_when_set():
+    policy = Policy(mode="scheduled", k_max=5)
+    # documents written before groups and plain_rounds keep their hash
+    assert not {"groups", "plain_rounds"} & set(policy.document())
+    assert Policy(plain_rounds=0.05).document()["plain_rounds"] == 0.05
+    tuned = Policy(mode="scheduled", k_max=5, groups={
+        "code": {"mode": "plain"}, "chat": {"k_max": 3, "max_verify": 3,
+                                            "calibration": {"temperature": [1.5]}}})
+    assert tuned.version() != policy.version()
+    assert tuned.for_group("code").mode == "plain" and tuned.for_group("code").k_max == 5
+    chat = tuned.for_group("chat")
+    assert (chat.mode, chat.k_max, chat.max_verify, chat.calibration.temperature) == (
+        "scheduled", 3, 3, [1.5])
+    assert chat.fixed_length == 3  # the base's 5, clamped to the group's k_max
+    assert tuned.for_group("structured") is tuned  # no override: the policy itself
+    assert parse_policy(tuned.model_dump_json()) == tuned
+    assert tuned.document()["groups"] == {"chat": {"k_max": 3, "max_verify": 3,
+                                                   "calibration": {"temperature": [1.5],
+                                                                   "bias": []}},
+                                          "code": {"mode": "plain"}}
+
+
+@pytest.mark.parametrize("doc, message", [
+    ('{"groups": {"poetry": {"mode": "plain"}}}', "unknown task group 'poetry'"),
+    ('{"groups": {"code": {"mode": "greedy"}}}', "groups.code.mode"),
+    ('{"k_max": 4, "groups": {"chat": {"fixed_length": 6}}}',
+     "groups.chat: fixed_length must be <= k_max"),
+    ('{"groups": {"chat": {"temperature": 1}}}', "groups.chat.temperature"),
+])
+def test_bad_group_overrides_are_refused_naming_the_group(doc, message):
+    with pytest.raises(ValidationError, match=message):
+        parse_policy(doc)

@@ -202,10 +202,79 @@ def test_probes_keep_their_interval_per_situation_and_skip_unmeasured_rounds(mak
     core, policy = engine.core, engine.policy
     core._conf_mean = [0.9]
     core._draft_seconds = {1: 0.0, 16: 0.0}
-    core._predicted.update({(1, 1, 1): True, (16, 16, 16): False})  # the two predictions
+    core._predicted.update({(1, 1, (id(policy),)): True,  # the two predictions
+                            (16, 16, (id(policy),) * 16): False})
     flips = {1: 0, 16: 0}
     for _ in range(100):
         for n, want in ((1, True), (16, False)):
-            flips[n] += core._draft_pays(policy, n, n, rows=n, measured=True) != want
+            flips[n] += core._draft_pays([policy] * n, n, rows=n, measured=True) != want
     assert flips == {1: 2, 16: 2}
-    assert all(core._draft_pays(policy, 1, 1, rows=1, measured=False) for _ in range(200))
+    assert all(core._draft_pays([policy], 1, rows=1, measured=False) for _ in range(200))
+
+
+def test_each_request_runs_its_groups_policy_inside_one_batch(make_engine, chat_prompt_ids,
+                                                               same_or_near_tie):
+    """code pinned plain, chat fixed at 2, the rest scheduled: in one shared batch code
+    requests draft nothing, chat verifies at most 2 a round, structured is scheduled;
+    every output is plain decoding's, and per-group counters carry the group's own mode."""
+    registry = CollectorRegistry()
+    policy = Policy(mode="scheduled", k_max=4, max_verify=4, survival_floor=0.0,
+                    groups={"code": {"mode": "plain"},
+                            "chat": {"mode": "fixed", "fixed_length": 2}})
+    engine = make_engine("ngram", policy, registry=registry)
+    reference = make_engine("none", Policy(mode="plain"))
+    line = "Repeat exactly, four times, the line: {}"
+    texts = {"chat": "the cat sat on the mat.", "code": "def add(a, b): return a + b",
+             "structured": '{"name": "Ada", "age": 36}'}
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    requests = [GenerationRequest(chat_prompt_ids(line.format(text)), params, task_group=group)
+                for group, text in texts.items()]
+    got = dict(zip(texts, engine.generate(requests), strict=True))
+    want = reference.generate(requests)
+    for request, out, plain in zip(requests, got.values(), want, strict=True):
+        same_or_near_tie(request.prompt_token_ids, out.token_ids, plain.token_ids)
+    # the first token comes from the prefill, each later one from a plain round
+    assert got["code"].spec.drafted == 0 and got["code"].spec.rounds == 40 - 1
+    assert 0 < got["chat"].spec.verified <= 2 * got["chat"].spec.rounds
+    assert got["chat"].spec.accepted > 0 and got["structured"].spec.accepted > 0
+
+    def emitted(group: str, mode: str) -> float | None:
+        return registry.get_sample_value(names.EMITTED_TOKENS + "_total", {
+            "drafter": "ngram", "policy_mode": mode, "policy_version": policy.version(),
+            "task_group": group})
+
+    assert emitted("code", "plain") == 40 - 1 and emitted("chat", "fixed") == 40 - 1
+    assert emitted("structured", "scheduled") == 40 - 1
+    assert emitted("code", "scheduled") is None
+
+
+def test_reference_rounds_and_position_counters_are_exported(make_engine, chat_prompt_ids):
+    """plain_rounds=0.25: every 4th decode round drafts for nobody (the true-plain reference,
+    counted as round_kind="plain"); per group and position, verified >= reached >= accepted,
+    and the predicted confidence is summed where positions were reached."""
+    registry = CollectorRegistry()
+    policy = Policy(mode="fixed", k_max=3, fixed_length=3, plain_rounds=0.25)
+    engine = make_engine("ngram", policy, registry=registry)
+    ids = chat_prompt_ids("Repeat exactly, four times, the line: the cat sat on the mat.")
+    out = engine.generate([GenerationRequest(ids, SamplingParams(max_tokens=40, ignore_eos=True),
+                                             task_group="chat")])[0]
+
+    def value(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name + "_total", labels) or 0.0
+
+    kinds = {"task_group": "chat", "policy_mode": "fixed", "batch": "1"}
+    plain_tokens = value(names.DECODE_TOKENS, round_kind="plain", **kinds)
+    spec_tokens = value(names.DECODE_TOKENS, round_kind="speculative", **kinds)
+    assert plain_tokens == out.spec.rounds // 4  # one token per reference round
+    assert plain_tokens + spec_tokens == out.spec.emitted
+    assert value(names.DECODE_SECONDS, round_kind="plain", **kinds) > 0
+    labels = {"drafter": "ngram", "policy_mode": "fixed", "policy_version": policy.version(),
+              "task_group": "chat"}
+    counts = {name: [value(name, position=str(i), **labels) for i in (1, 2, 3)]
+              for name in (names.VERIFIED_PER_POSITION, names.REACHED_PER_POSITION,
+                           names.ACCEPTED_PER_POSITION, names.PREDICTED_PER_POSITION)}
+    verified, reached, accepted, predicted = counts.values()
+    assert sum(accepted) == out.spec.accepted and sum(verified) == out.spec.verified
+    assert reached[0] == verified[0] > 0
+    assert all(v >= r >= a for v, r, a in zip(verified, reached, accepted, strict=True))
+    assert all(0 <= p <= r for p, r in zip(predicted, reached, strict=True)) and predicted[0] > 0

@@ -240,3 +240,30 @@ def test_draft_outcomes_weigh_tokens_not_rounds():
         out.record(1, False, seconds=0.6, committed=1, plain_seconds_per_token=1.0)
     assert out.relative_cost(1, True) == pytest.approx(1.25 / 4, rel=0.1)
     assert out.drafting_wins(1) is True
+
+
+def test_rows_of_different_groups_share_one_forward():
+    """Per-row policies (each request's task group): plain rows verify nothing, fixed rows
+    their length, and scheduled rows share what is left of the budget, the rate counting
+    every row's tokens."""
+    base = Policy(mode="scheduled", k_max=4, max_verify=4, survival_floor=0.0)
+    plain, fixed = base.model_copy(update={"mode": "plain"}), Policy(mode="fixed", k_max=4,
+                                                                       fixed_length=2)
+    confs = [[0.9] * 4, [0.9] * 4, [0.9] * 4]
+    flat = CostTable.flat()
+    mixed = schedule(base, confs, 3, flat, rows=[plain, fixed, base])
+    assert mixed.lengths == [0, 2, 4]
+    assert mixed.expected_tokens == pytest.approx(3 + survival([0.9] * 4)[:2].sum()
+                                                  + survival([0.9] * 4).sum())
+    # one policy for every row: the same as passing none
+    for policy in (base, fixed, plain):
+        assert schedule(policy, confs, 3, flat, rows=[policy] * 3) == schedule(policy, confs, 3, flat)
+    # the budget binds the fixed rows first; scheduled rows get what is left
+    tight = base.model_copy(update={"max_batch_tokens": 3 + 3})
+    assert sorted(schedule(tight, confs, 3, flat, rows=[fixed, fixed, base]).lengths) == [0, 1, 2]
+    assert schedule(tight, confs, 3, flat, rows=[fixed, fixed, base]).lengths[2] == 0
+    # a steep step after 3 tokens: the scheduled row's drafts do not pay for the whole batch
+    steep = CostTable.from_measurements([1, 5, 6], [1.0, 1.0, 50.0])
+    assert schedule(base, confs, 3, steep, rows=[fixed, plain, base]).lengths == [2, 0, 0]
+    with pytest.raises(ValueError, match="one policy per request"):
+        schedule(base, confs, 3, flat, rows=[base])

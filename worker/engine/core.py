@@ -1,7 +1,8 @@
 """The synchronous engine core: one ``step()`` is one round over the running batch.
 
-Round: admit newcomers into free KV slots -> draft (decoding requests) -> schedule verify
-lengths (policy) -> ONE batched target forward over every request's pending token plus its
+Round: admit newcomers into free KV slots -> draft (decoding requests, each by its task
+group's policy, ``Policy.for_group``; none in a reference round, ``plain_rounds``) ->
+schedule verify lengths -> ONE batched target forward over every request's pending token plus its
 verified drafts, plus prefill chunks of newcomers -> verify (greedy; speculative sampling,
 the coupled rule for seeded requests) -> commit (roll the KV back to the committed length,
 emit tokens, stop checks).
@@ -42,6 +43,7 @@ from specd.worker.engine.scheduler import (
     CostTable,
     DraftOutcomes,
     OnlineCalibration,
+    calibrate,
     schedule,
     worth_drafting,
 )
@@ -116,7 +118,10 @@ class EngineCore:
         # one per proposal source: a combined drafter's sources are calibrated apart
         self.online_calibration: dict[str, OnlineCalibration] = {}
         self.outcomes = DraftOutcomes()
-        self._predicted: dict[tuple[int, int, int], bool] = {}  # worth_drafting, memoised
+        self._predicted: dict[tuple[int, int, tuple[int, ...]], bool] = {}  # worth_drafting
+        self._group_policies: dict[str, Policy] = {}  # Policy.for_group, per policy
+        self._group_labels: dict[str, tuple[str, str, str, str]] = {}
+        self._plain_credit = 0.0  # reference rounds owed (policy.plain_rounds)
         self._set_policy_labels()
 
     # -- inbox (any thread) ----------------------------------------------------------------
@@ -176,20 +181,31 @@ class EngineCore:
             budget -= n
         base_tokens = len(decode) + sum(n for _, n in chunks)
 
-        # draft (scheduled mode skips the drafter when a plain round is predicted to win)
+        # draft: each request by its task group's policy (plain groups draft nothing);
+        # scheduled rows skip the drafter when a plain round is predicted to win
         with_context = self.drafter.needs_context  # the drafter reads every committed position
-        speculate = policy.mode != "plain" and self.drafter.name != "none" and bool(decode)
-        if speculate and policy.mode == "scheduled":
-            speculate = self._draft_pays(policy, len(decode), base_tokens,
-                                         rows=len(decode) + len(chunks), measured=not chunks)
-        want_k = policy.k_max if policy.mode == "scheduled" else policy.fixed_length
+        policies = [self._group_policy(s.group) for s in decode]
+        reference = bool(decode) and self._reference_round(policy)
+        drafting = ([] if self.drafter.name == "none" or reference else
+                    [i for i, p in enumerate(policies) if p.mode != "plain"])
+        gated = [i for i in drafting if policies[i].mode == "scheduled"]
+        all_scheduled = (bool(decode) and self.drafter.name != "none"
+                         and all(p.mode == "scheduled" for p in policies))
+        scheduled_draft = bool(gated) and self._draft_pays(
+            [policies[i] for i in gated], base_tokens, rows=len(decode) + len(chunks),
+            measured=not chunks)
+        if not scheduled_draft:
+            drafting = [i for i in drafting if policies[i].mode != "scheduled"]
+        speculate = bool(drafting)
         drafts: list[list[int]] = [[] for _ in decode]
         confs: list[list[float]] = [[] for _ in decode]
         qs: list[torch.Tensor | None] = [None] * len(decode)
         raw_conf: dict[int, tuple[OnlineCalibration, list[float]]] = {}
         if speculate:
             rows, idx = [], []
-            for i, s in enumerate(decode):
+            for i in drafting:
+                s, p = decode[i], policies[i]
+                want_k = p.k_max if p.mode == "scheduled" else p.fixed_length
                 k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
                 if k > 0:
                     ctx = torch.cat(s.context) if with_context else None
@@ -216,14 +232,14 @@ class EngineCore:
                     confs[i] = cal.apply(prop.confidence[j])
                     qs[i] = prop.q[j] if prop.q else None
                     raw_conf[i] = (cal, prop.confidence[j])
-                self._learn_drafter(len(decode), [confs[i] for i in idx],
+                self._learn_drafter(len(drafting), [confs[i] for i in idx],
                                     time.perf_counter() - td)
         t1 = time.perf_counter()
 
         # schedule
         # the round so far (drafting) is part of its time whatever gets verified
         sched = schedule(policy, confs, base_tokens, self.costs.for_rows(len(decode) + len(chunks)),
-                         overhead=t1 - t0)
+                         overhead=t1 - t0, rows=policies)
         lengths = sched.lengths
         t2 = time.perf_counter()
 
@@ -256,7 +272,8 @@ class EngineCore:
         t3 = time.perf_counter()
 
         # commit
-        acc_by_pos: dict[int, int] = {}
+        # per group: [verified, reached, accepted, predicted] by draft position (0-based)
+        by_pos: dict[str, list[list[float]]] = {}
         group_counts: dict[str, list[int]] = {}
         for e, (s, d, _q, start) in enumerate(entries):
             accepted, nxt = results[e]
@@ -273,13 +290,15 @@ class EngineCore:
                 s.spec.verified += len(d)
                 s.spec.accepted += accepted
                 s.spec.emitted += accepted + 1
-                c = group_counts.setdefault(s.group, [0, 0, 0, 0])
+                c = group_counts.setdefault(s.group, [0, 0, 0, 0, 0])
                 c[0] += len(drafts[e])
                 c[1] += len(d)
                 c[2] += accepted
                 c[3] += accepted + 1
-                for p in range(1, accepted + 1):
-                    acc_by_pos[p] = acc_by_pos.get(p, 0) + 1
+                c[4] += 1
+                if d:
+                    self._count_positions(by_pos, s.group, confs[e], policies[e], len(d),
+                                          accepted)
                 if e in raw_conf and d:
                     cal, raw = raw_conf[e]
                     cal.update(raw, len(d), accepted)
@@ -290,11 +309,12 @@ class EngineCore:
         t4 = time.perf_counter()
 
         self.rounds += 1
-        if policy.mode == "scheduled" and decode and not chunks:
-            self._record_outcome(len(decode), speculate, t4 - t0,
+        if all_scheduled and not chunks:  # rounds of one kind: their costs compare
+            self._record_outcome(len(decode), scheduled_draft, t4 - t0,
                                  sum(results[e][0] + 1 for e in range(n_dec)))
-        self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, acc_by_pos,
-                            sum(1 for x in lengths if x > 0))
+        self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, by_pos,
+                            sum(1 for x in lengths if x > 0),
+                            "speculative" if speculate else "plain", self._bucket(n_dec))
         return True
 
     # -- when to draft (scheduled mode) ------------------------------------------------------
@@ -306,7 +326,7 @@ class EngineCore:
     def _bucket(n: int) -> int:
         return 1 << max(n - 1, 0).bit_length()  # batch sizes 1, 2, 4, 8, ...
 
-    def _draft_pays(self, policy: Policy, n: int, base_tokens: int, rows: int,
+    def _draft_pays(self, policies: list[Policy], base_tokens: int, rows: int,
                     measured: bool) -> bool:
         """Predicted (``worth_drafting``) and, once measured, confirmed by what drafting and
         plain rounds of this batch size really cost (``DraftOutcomes``); now and then the
@@ -314,16 +334,20 @@ class EngineCore:
         in rounds whose outcome is recorded (``measured``: no prefill chunk), and each
         situation keeps its own probe interval: with newcomers' prefills coming and going the
         decision flips often, and a shared interval kept falling back to the shortest one
-        (at c=16 on the dev CPU, turning probes off moved scheduled from 0.91x to 0.96x plain)."""
+        (at c=16 on the dev CPU, turning probes off moved scheduled from 0.91x to 0.96x plain).
+
+        ``policies``: the scheduled requests' own (their groups'); the other rows of a mixed
+        batch are left out of the comparison, so it is exact for batches of one kind."""
+        n = len(policies)
         bucket = self._bucket(n)
         draft_s = self._draft_seconds.get(bucket)
         if not self._conf_mean or draft_s is None:
             return True  # nothing known yet: draft and learn
-        key = (n, base_tokens, rows)
+        key = (base_tokens, rows, tuple(sorted(id(p) for p in policies)))
         want = self._predicted.get(key)
         if want is None:  # the prediction only changes when the drafter's statistics do
-            want = worth_drafting(policy, n, self._conf_mean, base_tokens,
-                                  self.costs.for_rows(rows), draft_s)
+            want = worth_drafting(self.policy, n, self._conf_mean, base_tokens,
+                                  self.costs.for_rows(rows), draft_s, rows=policies)
             self._predicted[key] = want
         if want and self.outcomes.drafting_wins(bucket) is False:
             want = False
@@ -338,6 +362,17 @@ class EngineCore:
             return not want
         probe[0] += 1
         return want
+
+    def _reference_round(self, policy: Policy) -> bool:
+        """Every 1/plain_rounds-th decode round runs plain for everyone: what true plain
+        decoding does on this worker at today's batch sizes, for the tuner to compare."""
+        if policy.plain_rounds <= 0:
+            return False
+        self._plain_credit += policy.plain_rounds
+        if self._plain_credit < 1.0:
+            return False
+        self._plain_credit -= 1.0
+        return True
 
     def _record_outcome(self, n: int, drafted: bool, seconds: float, committed: int) -> None:
         self.outcomes.record(self._bucket(n), drafted, seconds, committed,
@@ -536,6 +571,8 @@ class EngineCore:
             elif kind == "policy":
                 self.policy = item
                 self._predicted.clear()
+                self._group_policies.clear()
+                self._group_labels.clear()
                 self._set_policy_labels()
 
     def _cancel(self, request_id: str) -> None:
@@ -584,22 +621,59 @@ class EngineCore:
         self._vlen = m.verify_length.labels(*labels)
         self._vreq = m.verified_requests.labels(*labels)
 
+    def _group_policy(self, group: str) -> Policy:
+        policy = self._group_policies.get(group)
+        if policy is None:
+            policy = self._group_policies[group] = self.policy.for_group(group)
+        return policy
+
+    def _labels_of(self, group: str) -> tuple[str, str, str, str]:
+        """(drafter, the group's own mode, policy version, group): per-group series."""
+        labels = self._group_labels.get(group)
+        if labels is None:
+            labels = self._group_labels[group] = (
+                self._labels[0], self._group_policy(group).mode, self._labels[2], group)
+        return labels
+
     def _hist(self, s: _Seq, verified: int, accepted: int) -> None:
         self._vlen.observe(verified)
         if s.counted:
-            self.metrics.acceptance_length.labels(*self._labels, s.group).observe(accepted + 1)
+            self.metrics.acceptance_length.labels(*self._labels_of(s.group)).observe(accepted + 1)
+
+    @staticmethod
+    def _count_positions(by_pos: dict[str, list[list[float]]], group: str, conf: list[float],
+                         policy: Policy, verified: int, accepted: int) -> None:
+        """Position i was verified; reached: verified with every draft before it accepted
+        (where conditional acceptance and the predicted confidence are compared)."""
+        rows = by_pos.setdefault(group, [[], [], [], []])
+        while len(rows[0]) < verified:
+            for r in rows:
+                r.append(0.0)
+        predicted = calibrate(conf[:verified], policy.calibration)
+        for i in range(verified):
+            rows[0][i] += 1
+        for i in range(min(accepted + 1, verified)):
+            rows[1][i] += 1
+            rows[3][i] += predicted[i]
+        for i in range(accepted):
+            rows[2][i] += 1
 
     def _round_metrics(self, phases: tuple[float, ...], group_counts: dict[str, list[int]],
-                       acc_by_pos: dict[int, int], verified_requests: int) -> None:
+                       by_pos: dict[str, list[list[float]]], verified_requests: int,
+                       kind: str, batch: int) -> None:
         m = self.metrics
+        seconds = sum(phases)
         for name, sec in zip(mnames.PHASES, phases, strict=True):
             self._phase[name].observe(sec)
             self.phase_seconds[name] += sec
         self._rounds_c.inc()
         if verified_requests:
             self._vreq.inc(verified_requests)
-        for group, (dr, ve, ac, em) in group_counts.items():
-            lab = (*self._labels, group)
+        for group, (dr, ve, ac, em, rows) in group_counts.items():
+            lab = self._labels_of(group)
+            kind_labels = (group, lab[1], kind, str(batch))
+            m.decode_seconds.labels(*kind_labels).inc(seconds * rows)
+            m.decode_tokens.labels(*kind_labels).inc(em)
             if dr:
                 m.drafted.labels(*lab).inc(dr)
                 m.truncated.labels(*lab).inc(dr - ve)
@@ -608,8 +682,16 @@ class EngineCore:
             if ac:
                 m.accepted.labels(*lab).inc(ac)
             m.emitted.labels(*lab).inc(em)
-        for pos, n in acc_by_pos.items():
-            m.accepted_pos.labels(*self._labels, str(pos)).inc(n)
+        for group, (verified, reached, accepted, predicted) in by_pos.items():
+            lab = self._labels_of(group)
+            for i, n in enumerate(verified):
+                position = str(i + 1)
+                m.verified_pos.labels(*lab, position).inc(n)
+                if reached[i]:
+                    m.reached_pos.labels(*lab, position).inc(reached[i])
+                    m.predicted_pos.labels(*lab, position).inc(predicted[i])
+                if accepted[i]:
+                    m.accepted_pos.labels(*lab, position).inc(accepted[i])
         self._gauges()
 
 

@@ -53,8 +53,22 @@ class EngineMetrics:
         self.truncated = wrap(Counter, m.TRUNCATED_TOKENS, "Drafted tokens not verified", SPEC_GROUP)
         self.accepted = wrap(Counter, m.ACCEPTED_TOKENS, "Verified tokens accepted", SPEC_GROUP)
         self.emitted = wrap(Counter, m.EMITTED_TOKENS, "Tokens committed by decode rounds", SPEC_GROUP)
+        by_position = (*SPEC_GROUP, m.LABEL_POSITION)
         self.accepted_pos = wrap(Counter, m.ACCEPTED_PER_POSITION, "Accepted tokens by draft position",
-                                    (*SPEC, m.LABEL_POSITION))
+                                 by_position)
+        self.verified_pos = wrap(Counter, m.VERIFIED_PER_POSITION,
+                                 "Request-rounds that verified the draft position", by_position)
+        self.reached_pos = wrap(Counter, m.REACHED_PER_POSITION,
+                                "Request-rounds that verified the position and accepted every "
+                                "draft before it", by_position)
+        self.predicted_pos = wrap(Counter, m.PREDICTED_PER_POSITION,
+                                  "Sum of the scheduler's calibrated confidence at reached "
+                                  "positions", by_position)
+        by_kind = (m.LABEL_TASK_GROUP, m.LABEL_POLICY_MODE, m.LABEL_ROUND_KIND, m.LABEL_BATCH)
+        self.decode_seconds = wrap(Counter, m.DECODE_SECONDS,
+                                   "Request-seconds of decode rounds (round time x rows)", by_kind)
+        self.decode_tokens = wrap(Counter, m.DECODE_TOKENS,
+                                  "Tokens committed by decode rounds' rows", by_kind)
         self.verified_requests = wrap(Counter, m.VERIFIED_REQUESTS, "Request-rounds verifying >= 1 token",
                                          SPEC)
         self.requests = wrap(Counter, m.REQUESTS, "Finished requests by outcome",

@@ -131,8 +131,14 @@ class Schedule:
 
 
 def schedule(policy: Policy, confidences: Sequence[Sequence[float]], base_tokens: int,
-             costs: CostTable, overhead: float = 0.0) -> Schedule:
+             costs: CostTable, overhead: float = 0.0,
+             rows: Sequence[Policy] | None = None) -> Schedule:
     """Verify lengths for every decoding request (``confidences[r]`` has one entry per draft).
+
+    ``rows``: each request's own policy (its task group's, ``Policy.for_group``), else
+    ``policy`` for all; ``policy`` sets what the batch shares (``max_batch_tokens``). Plain
+    rows verify nothing, fixed rows their fixed length, and scheduled rows share the budget
+    left: the rate maximised counts every row's expected tokens over the whole forward.
 
     ``overhead``: seconds of the round outside the target forward, whatever is verified (the
     drafting that already ran). The rate to maximise is per second of the whole round: left
@@ -140,18 +146,25 @@ def schedule(policy: Policy, confidences: Sequence[Sequence[float]], base_tokens
     its tail cut wherever the forward's step from 2 to 4 tokens (+9 %) outweighed it, though
     that step is a smaller share of the round."""
     n = len(confidences)
-    drafted = [len(c) for c in confidences]
+    per_row = list(rows) if rows is not None else [policy] * n
+    if len(per_row) != n:
+        raise ValueError("need one policy per request")
     room = max(policy.max_batch_tokens - base_tokens, 0)
-    if policy.mode == "plain" or n == 0:
-        lengths = [0] * n
-    elif policy.mode == "fixed":
-        lengths = [min(policy.fixed_length, d) for d in drafted]
-        lengths = _fit_uniform(lengths, room)
-    else:
-        return _scheduled(policy, confidences, base_tokens, costs, room, overhead)
-    surv = [survival(c)[:v].sum() if v else 0.0 for c, v in zip(confidences, lengths, strict=True)]
-    total = base_tokens + sum(lengths)
-    return Schedule(lengths, n + float(sum(surv)), float(costs.cost(total)))
+    lengths = [0] * n
+    fixed = [r for r in range(n) if per_row[r].mode == "fixed"]
+    fitted = _fit_uniform([min(per_row[r].fixed_length, len(confidences[r])) for r in fixed], room)
+    for r, v in zip(fixed, fitted, strict=True):
+        lengths[r] = v
+    expected = n + sum(float(survival(confidences[r])[:lengths[r]].sum()) for r in fixed)
+    used = sum(fitted)
+    scheduled = [r for r in range(n) if per_row[r].mode == "scheduled"]
+    if not scheduled:
+        return Schedule(lengths, expected, float(costs.cost(base_tokens + used)))
+    sub = _scheduled([per_row[r] for r in scheduled], [confidences[r] for r in scheduled],
+                     base_tokens + used, costs, room - used, overhead, expected)
+    for r, v in zip(scheduled, sub.lengths, strict=True):
+        lengths[r] = v
+    return Schedule(lengths, sub.expected_tokens, sub.cost)
 
 
 def _fit_uniform(lengths: list[int], room: int) -> list[int]:
@@ -163,15 +176,18 @@ def _fit_uniform(lengths: list[int], room: int) -> list[int]:
     return lengths
 
 
-def _scheduled(policy: Policy, confidences: Sequence[Sequence[float]], base_tokens: int,
-               costs: CostTable, room: int, overhead: float) -> Schedule:
+def _scheduled(policies: Sequence[Policy], confidences: Sequence[Sequence[float]],
+               base_tokens: int, costs: CostTable, room: int, overhead: float,
+               expected_base: float) -> Schedule:
+    """The scheduled rows' lengths; ``expected_base``: the tokens the round commits whatever
+    these rows verify (one per request of the batch, plus the fixed rows' expected drafts)."""
     n = len(confidences)
     forced = [0] * n
     forced_surv = 0.0
     cand_s: list[float] = []
     cand_r: list[int] = []
     cand_i: list[int] = []
-    for r, conf in enumerate(confidences):
+    for r, (policy, conf) in enumerate(zip(policies, confidences, strict=True)):
         s = survival(calibrate(conf, policy.calibration))
         cap = min(len(s), policy.max_verify, policy.k_max)
         f = min(policy.min_verify, cap)
@@ -191,26 +207,30 @@ def _scheduled(policy: Policy, confidences: Sequence[Sequence[float]], base_toke
     order = order[:room_left]
     gains = np.concatenate([[0.0], np.cumsum([cand_s[j] for j in order])])
     budgets = np.arange(len(gains))
-    value = (n + forced_surv + gains) / (costs.cost(base + budgets) + max(overhead, 0.0))
+    value = (expected_base + forced_surv + gains) / (costs.cost(base + budgets)
+                                                     + max(overhead, 0.0))
     best = int(np.argmax(value))
     lengths = list(forced)
     for j in order[:best]:
         lengths[cand_r[j]] += 1
-    return Schedule(lengths, float(n + forced_surv + gains[best]), float(costs.cost(base + best)))
+    return Schedule(lengths, float(expected_base + forced_surv + gains[best]),
+                    float(costs.cost(base + best)))
 
 
 def worth_drafting(policy: Policy, n: int, mean_conf: Sequence[float], base_tokens: int,
-                   costs: CostTable, draft_seconds: float) -> bool:
+                   costs: CostTable, draft_seconds: float,
+                   rows: Sequence[Policy] | None = None) -> bool:
     """Scheduled mode, before drafting: would a speculative round beat a plain round?
 
     Uses the drafter's running mean confidence per position for every request and the
     measured drafting time: expected tokens per second of (verify + draft) time against
     n / cost(T) for a plain round. When the batch is so busy that the scheduler would verify
     (almost) nothing, skipping the drafter keeps scheduled verification from losing to plain.
+    ``rows``: the n requests' own policies (``schedule``).
     """
     if n == 0 or not mean_conf:
         return False
-    sched = schedule(policy, [list(mean_conf)] * n, base_tokens, costs, draft_seconds)
+    sched = schedule(policy, [list(mean_conf)] * n, base_tokens, costs, draft_seconds, rows)
     if sum(sched.lengths) == 0:
         return False
     speculative = sched.expected_tokens / (sched.cost + draft_seconds)
