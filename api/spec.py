@@ -8,12 +8,13 @@ that every field here exists in the CRD schema and vice versa.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from specd.api.policy import Policy, PolicyMode
+from specd.api.policy import GroupPolicy, Policy, PolicyMode
 
 DrafterMethod = Literal["none", "ngram", "parallel", "semi-ar", "draft-model"]
 Quantity = int | str
@@ -45,6 +46,20 @@ class DrafterSpec(_Spec):
     prompt_lookup: bool = False
 
 
+class GroupVerificationSpec(_Spec):
+    """One task group's verification, overriding ``spec.verification`` for its requests."""
+
+    mode: PolicyMode | None = None
+    k: int | None = None
+    fixed_length: int | None = None
+    max_verify: int | None = None
+    survival_floor: float | None = None
+
+    def override(self) -> GroupPolicy:
+        return GroupPolicy(mode=self.mode, k_max=self.k, fixed_length=self.fixed_length,
+                           max_verify=self.max_verify, survival_floor=self.survival_floor)
+
+
 class VerificationSpec(_Spec):
     mode: PolicyMode | None = None
     fixed_length: int | None = None
@@ -52,6 +67,7 @@ class VerificationSpec(_Spec):
     max_verify: int | None = None
     survival_floor: float = 0.05
     max_batch_tokens: int = 512
+    groups: dict[str, GroupVerificationSpec] = Field(default_factory=dict)
 
 
 class EngineSpec(_Spec):
@@ -179,6 +195,9 @@ class TuningSpec(_Spec):
     enabled: bool = False
     interval: str = "5m"
     bounds: TuningBounds | None = None
+    pinned_groups: list[str] = Field(default_factory=list)
+    dry_run: bool = False
+    reference_share: float = 0.05
 
 
 class ServiceSpec(_Spec):
@@ -201,9 +220,19 @@ class ServiceSpec(_Spec):
             return "plain"
         return "scheduled" if self.drafter.method == "semi-ar" else "fixed"
 
-    def policy(self) -> Policy:
-        """The policy document this spec asks the workers to run (written to the ConfigMap)."""
+    def policy(self, tuned: Mapping[str, GroupPolicy] | None = None) -> Policy:
+        """The policy document the workers run (written to the ConfigMap): this spec, and
+        ``tuned``, the tuner's per-group overlay (``status.tuning.overlay``), on top of
+        ``verification.groups`` for every group the spec does not pin. With tuning on, a
+        share of rounds runs plain (``tuning.referenceShare``): the tuner's reference."""
         v, k = self.verification, self.drafter.k
+        groups = {name: g.override() for name, g in v.groups.items()}
+        if self.tuning.enabled:
+            for name, overlay in (tuned or {}).items():
+                if name in self.tuning.pinned_groups:
+                    continue
+                own = groups.get(name, GroupPolicy()).model_dump(exclude_none=True)
+                groups[name] = GroupPolicy(**{**own, **overlay.model_dump(exclude_none=True)})
         return Policy(
             mode=self.effective_mode(),
             k_max=k,
@@ -212,6 +241,8 @@ class ServiceSpec(_Spec):
             max_verify=v.max_verify if v.max_verify is not None else k,
             survival_floor=v.survival_floor,
             max_batch_tokens=v.max_batch_tokens,
+            plain_rounds=self.tuning.reference_share if self.tuning.enabled else 0.0,
+            groups={name: g for name, g in groups.items() if g.model_dump(exclude_none=True)},
         )
 
     def pod_fields(self) -> dict:
@@ -281,6 +312,29 @@ class AnalysisResultStatus(_Spec):
     at: str | None = None
 
 
+class GroupTuningStatus(_Spec):
+    """One task group's tuning state in ``status.tuning.groups`` (``operator/tuner``)."""
+
+    mode: PolicyMode | None = None
+    k: int | None = None
+    speculative_mode: PolicyMode | None = None
+    action: str | None = None
+    reason: str | None = None
+    last_change: str | None = None
+    hold_until: str | None = None
+    backoff_seconds: float | None = None
+    plain_since: str | None = None
+    recent: list[str] = Field(default_factory=list)
+    recent_k: list[int] = Field(default_factory=list)
+    dry_run: str | None = None
+
+
+class TuningStatus(_Spec):
+    last_run: str | None = None
+    overlay: dict[str, GroupPolicy] = Field(default_factory=dict)
+    groups: dict[str, GroupTuningStatus] = Field(default_factory=dict)
+
+
 class ServiceStatus(_Spec):
     """``.status`` of a SpeculativeService (written by the operator; read by the dashboard)."""
 
@@ -300,6 +354,7 @@ class ServiceStatus(_Spec):
     acceptance_length: float | None = None
     rollout: RolloutStatus | None = None
     analysis: list[AnalysisResultStatus] = Field(default_factory=list)
+    tuning: TuningStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
     def condition(self, ctype: str) -> Condition | None:

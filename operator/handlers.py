@@ -44,6 +44,8 @@ from specd.operator.rollout.canary import Config as CanaryConfig
 from specd.operator.rollout.canary import Measurement, Plan, advance
 from specd.operator.rollout.state import RolloutState, from_status
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
+from specd.operator.tuner.overlay import read_overlay
+from specd.operator.tuner.timer import Tuner
 
 log = logging.getLogger(__name__)
 KOPF_PREFIX = f"operator.{k8s.GROUP}"
@@ -54,6 +56,7 @@ class OperatorConfig:
     kubeconfig: str | None = None
     resync_seconds: float = 300.0
     rollout_tick_seconds: float = 2.0
+    tuner_tick_seconds: float = 10.0  # how often services' tuning intervals are checked
     max_workers: int = 8
     prometheus_url: str | None = None
     history_url: str | None = None
@@ -97,6 +100,8 @@ class Reconciler:
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._object_locks: dict[tuple[str, str], threading.Lock] = {}
+        self.tuner = Tuner(kube, provider, recorder, self.object_lock,
+                           lambda owner: self.reconcile(owner, trigger="tuner"))
         self.reconciles = 0
         self.last_ok: float | None = None
 
@@ -153,11 +158,13 @@ class Reconciler:
 
         ``logger``: kopf's per-object logger, which turns warnings into Kubernetes Events."""
         meta = owner["metadata"]
-        with self._lock:
-            lock = self._object_locks.setdefault((meta["namespace"], meta["name"]),
-                                                 threading.Lock())
-        with lock:  # the update handler and the rollout timer of one object take turns
+        # the update handler, the rollout timer and the tuner of one object take turns
+        with self.object_lock(meta["namespace"], meta["name"]):
             return self._reconcile(owner, trigger, logger)
+
+    def object_lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._lock:
+            return self._object_locks.setdefault((namespace, name), threading.Lock())
 
     def _reconcile(self, owner: dict[str, Any], trigger: str, logger: Any) -> dict | None:
         meta = owner["metadata"]
@@ -169,7 +176,7 @@ class Reconciler:
         error: ConfigError | None = None
         try:
             spec = parse_spec(owner.get("spec") or {})
-            rev, policy = revision(spec), spec.policy()
+            rev, policy = revision(spec), spec.policy(read_overlay(owner))
         except (ValidationError, ValueError) as exc:
             message = _short(exc) if isinstance(exc, ValidationError) else str(exc)
             error = ConfigError("InvalidSpec", message)
@@ -187,12 +194,12 @@ class Reconciler:
                     owner, generation = fresh, fresh["metadata"].get("generation", generation)
                     # plan from the spec of the object read now, not the event's copy
                     spec = parse_spec(owner.get("spec") or {})
-                    rev, policy = revision(spec), spec.policy()
-                    tick = self._canary(owner, spec, rev)
+                    rev, policy = revision(spec), spec.policy(read_overlay(owner))
+                    tick = self._canary(owner, spec, rev, policy)
                     plan, steps, results = tick.plan, tick.steps, tick.results
                 else:
                     error = self._execute(namespace, [
-                        children.Apply(c) for c in desired_children(owner, spec)])
+                        children.Apply(c) for c in desired_children(owner, spec, policy)])
 
             def compute(current: dict[str, Any]) -> dict[str, Any]:
                 deployments = self.kube.list_deployments(namespace, name)
@@ -251,7 +258,8 @@ class Reconciler:
             self.last_ok = time.time()
         return status
 
-    def _canary(self, owner: dict[str, Any], spec: ServiceSpec, rev: str) -> Tick:
+    def _canary(self, owner: dict[str, Any], spec: ServiceSpec, rev: str,
+                policy: Policy) -> Tick:
         """One tick of the canary state machine, from the object as it is now."""
         namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
         by_policy = spec.rollout.policy_changes == "Canary"
@@ -262,12 +270,13 @@ class Reconciler:
         state = children.initial_state(status, from_status(status.get("rollout")), observed,
                                        by_policy)
         config = CanaryConfig.from_spec(spec.rollout)
-        desired = children.version(rev, spec.policy(), by_policy)
+        desired = children.version(rev, policy, by_policy)
         results: list[Result] = []
         at = time.time()
         plan = advance(config, spec.replicas, desired, state, observed, at,
                        self.measure(owner, spec, results) if config.analysis else None)
-        return Tick(plan, children.actions(owner, spec, desired, plan, deployments, by_policy),
+        return Tick(plan, children.actions(owner, spec, desired, plan, deployments, by_policy,
+                                           policy),
                     results, state, at, analysis_window(spec.rollout.analysis)
                     if spec.rollout.analysis else "")
 
@@ -471,6 +480,22 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
             reconciler().reconcile(_owner_from(body), trigger="rollout", logger=logger)
         except TransientError as exc:
             raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
+
+    def tuning(spec: kopf.Spec, **_: Any) -> bool:
+        return bool((spec.get("tuning") or {}).get("enabled"))
+
+    @kopf.timer(*resource, id="tuner", interval=cfg.tuner_tick_seconds,
+                initial_delay=cfg.tuner_tick_seconds, when=tuning, registry=registry)
+    def tuner_tick(body: kopf.Body, retry: int, **_: Any) -> None:
+        """Each service's verification policy follows its live metrics (operator/tuner)."""
+        meta = body["metadata"]
+        try:
+            reconciler().tuner.run(meta["namespace"], meta["name"])
+        except TransientError as exc:
+            raise kopf.TemporaryError(str(exc), delay=backoff(retry)) from exc
+        except ApiException as exc:
+            raise kopf.TemporaryError(f"tuner: {exc.status} {exc.reason}",
+                                      delay=backoff(retry)) from exc
 
     @kopf.on.event(*resource, id="forget-deleted", registry=registry)
     def service_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:

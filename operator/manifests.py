@@ -316,15 +316,17 @@ def build_deployment(owner: Mapping[str, Any], spec: ServiceSpec, track: str,
     }
 
 
-def desired_children(owner: Mapping[str, Any], spec: ServiceSpec) -> list[Manifest]:
+def desired_children(owner: Mapping[str, Any], spec: ServiceSpec,
+                     policy: Policy | None = None) -> list[Manifest]:
     """Everything the operator core applies for one SpeculativeService, in apply order.
 
     The core runs the stable track only (a plain rolling update on pod changes); the canary
     track's children are built by the same functions when a canary rollout is in progress.
-    The ConfigMap goes first so a new pod always finds its policy mounted."""
+    The ConfigMap goes first so a new pod always finds its policy mounted. ``policy``: the
+    spec's with the tuner's overlay (``spec.policy(overlay)``), else the spec's alone."""
     rev = revision(spec)
     return [
-        build_configmap(owner, "stable", spec.policy()),
+        build_configmap(owner, "stable", policy or spec.policy()),
         build_deployment(owner, spec, "stable", spec.replicas, rev),
         build_service(owner),
     ]

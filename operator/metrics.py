@@ -39,6 +39,10 @@ ROLLOUT_PHASES = ("Healthy", "Progressing", "Paused", "Promoting", "RolledBack")
 STORE_WRITE_ERRORS = Counter(
     "specd_operator_store_write_errors", "History-store writes given up on (kind: write, "
     "queue_full, migrate); the rollouts go on regardless", ["kind"], registry=REGISTRY)
+POLICY_CHANGES = Counter(
+    "specd_operator_policy_changes", "Verification-policy changes the tuner made (applied="
+    "true) or recommended under dryRun (false), by reason (plain, speculate, shrink, grow)",
+    ["reason", "applied"], registry=REGISTRY)
 SERVICES = Gauge(
     "specd_operator_services", "SpeculativeServices by phase, as last written by this operator",
     ["phase"], registry=REGISTRY)

@@ -190,12 +190,22 @@ def compute_status(
     if state is not None and state.revision:
         status["stableRevision"] = state.revision
     if error is None and policy is not None:
-        status["policy"] = policy.model_dump(mode="json")
+        status["policy"] = replacing(previous.get("policy"), policy.document())
         status["policyVersion"] = policy.version()
     if spec is not None and spec.rollout.strategy == "RollingUpdate":
         # No canary under a plain rolling update (the canary controller owns these otherwise).
         status.update(canaryRevision=None, canaryWeight=0, currentStep=0)
     return status
+
+
+def replacing(current: Any, new: Any) -> Any:
+    """``new`` as a merge-patch value that replaces ``current`` outright: keys of nested
+    objects that ``new`` no longer has are set to None (a merge patch removes them)."""
+    if not isinstance(new, Mapping) or not isinstance(current, Mapping):
+        return new
+    out = {key: replacing(current.get(key), value) for key, value in new.items()}
+    out.update({key: None for key in current if key not in new})
+    return out
 
 
 def status_changed(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

@@ -90,6 +90,8 @@ def _model_of(annotation) -> type[BaseModel] | None:
 def _compare(model: type[BaseModel], schema: dict, path: str, problems: list[str]) -> None:
     if schema.get("type") == "array":
         schema = schema["items"]
+    if isinstance(schema.get("additionalProperties"), dict):  # a map of one model
+        schema = schema["additionalProperties"]
     props = schema.get("properties", {})
     aliases = {}
     for name, field in model.model_fields.items():

@@ -112,10 +112,12 @@ def initial_state(status: Mapping[str, Any] | None, from_status: RolloutState,
 
 
 def actions(owner: Mapping[str, Any], spec: ServiceSpec, desired: str, plan: Plan,
-            deployments: Sequence[Mapping[str, Any]], by_policy: bool = False) -> list[Action]:
-    """What to apply and scale for ``plan``; ``desired`` is the version the spec asks for."""
+            deployments: Sequence[Mapping[str, Any]], by_policy: bool = False,
+            policy: Policy | None = None) -> list[Action]:
+    """What to apply and scale for ``plan``; ``desired`` is the version the spec asks for,
+    ``policy`` the document it renders (the spec's, with the tuner's overlay)."""
     service = owner["metadata"]["name"]
-    policy = spec.policy()
+    policy = policy or spec.policy()
     revision = revision_of(desired)
     out: list[Action] = []
     if not by_policy or plan.stable.version == desired:

@@ -83,6 +83,13 @@ class Settings:
     backoff_s: float = 900.0  # first re-probe of speculation after going plain
     max_backoff_s: float = 4 * 3600.0
 
+    @classmethod
+    def for_interval(cls, interval_s: float) -> Settings:
+        """Time constants in units of the service's tuning interval (the one knob a user
+        sets): a dwell of 2 intervals, a first plain back-off of 3, at most 48."""
+        return cls(dwell_s=2 * interval_s, backoff_s=3 * interval_s,
+                   max_backoff_s=48 * interval_s)
+
 
 @dataclass(frozen=True)
 class State:

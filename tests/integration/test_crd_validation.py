@@ -245,6 +245,18 @@ INVALID = [
      "spec.tuning.bounds.maxVerify"),
     ("tuning bound above K", edit(("spec.tuning.bounds.maxVerify.max", 8)),
      "spec.tuning.bounds.maxVerify.max"),
+    ("verification group unknown", edit(("spec.verification.groups", {"poetry": {"mode": "plain"}})),
+     "spec.verification.groups: keys must be task groups"),
+    ("verification group K above the drafter's",
+     edit(("spec.verification.groups", {"code": {"k": 12}})),
+     "spec.verification.groups: k, fixedLength and maxVerify must be <= spec.drafter.k"),
+    ("verification group mode unknown",
+     edit(("spec.verification.groups", {"code": {"mode": "greedy"}})),
+     "spec.verification.groups.code.mode"),
+    ("tuning pins an unknown group", edit(("spec.tuning.pinnedGroups", ["poetry"])),
+     "spec.tuning.pinnedGroups[0]"),
+    ("tuning reference share above half", edit(("spec.tuning.referenceShare", 0.9)),
+     "spec.tuning.referenceShare"),
     ("name too long", edit(("metadata.name", "a" * 41)), "metadata.name"),
     ("name not a DNS-1035 label", edit(("metadata.name", "9lives")), "metadata.name"),
     ("unknown field", edit(("spec.drafter.kk", 3)), "spec.drafter.kk"),
@@ -304,9 +316,13 @@ def test_valid_quantities_labels_and_tolerations_are_accepted(api, cluster_names
                     "effect": "NoExecute", "tolerationSeconds": 60},
                    {"operator": "Exists"},
                    {"key": "pool", "operator": "Equal", "value": "gpu_a100",
-                    "effect": "NoSchedule"}]))(copy.deepcopy(BASE))
+                    "effect": "NoSchedule"}]),
+               ("spec.verification.groups", {"code": {"mode": "plain"},
+                                             "chat": {"k": 3, "maxVerify": 3}}),
+               ("spec.tuning.pinnedGroups", ["code"]))(copy.deepcopy(BASE))
     created = create(api, cluster_namespace, obj, dry_run=True)
     assert created["spec"]["worker"]["tolerations"][0]["tolerationSeconds"] == 60
+    assert created["spec"]["tuning"]["referenceShare"] == 0.05  # a schema default
 
 
 def test_embedded_model_needs_no_drafter_artifact(api, cluster_namespace) -> None:
