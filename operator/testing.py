@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -34,6 +35,8 @@ from typing import Any
 import yaml
 
 from specd.api import k8s
+from specd.cluster.handle import wait_for
+from specd.operator import manifests
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "speculativeservice.yaml"
@@ -198,11 +201,15 @@ class OperatorProcess:
 
 
 class Traffic:
-    """A bounded closed loop of chat requests through a Service URL (two task groups, chat and
-    code), counting every request and every failure; stops on exit."""
+    """A bounded closed loop of chat requests through a Service URL (task groups drawn from
+    ``prompts``, by default chat and code), counting every request and every failure; stops
+    on exit."""
 
-    def __init__(self, url: str, concurrency: int = 2, max_tokens: int = 24) -> None:
+    def __init__(self, url: str, concurrency: int = 2, max_tokens: int = 24,
+                 prompts: dict[str, str] | None = None) -> None:
         self.url, self.stop, self.max_tokens = url, threading.Event(), max_tokens
+        self.prompts = prompts or {"chat": "Write a short greeting.",
+                                   "code": "Write a Python function that adds two numbers."}
         self.sent = self.failed = 0
         self.errors: list[str] = []
         self.lock = threading.Lock()
@@ -218,9 +225,8 @@ class Traffic:
         with httpx.Client(timeout=120) as http:
             n = 0
             while not self.stop.is_set():
-                group = rng.choice(("chat", "code"))
-                prompt = ("Write a short greeting." if group == "chat"
-                          else "Write a Python function that adds two numbers.")
+                group = rng.choice(sorted(self.prompts))
+                prompt = self.prompts[group]
                 try:
                     response = http.post(f"{self.url}/v1/chat/completions",
                                          headers={"X-Specd-Task-Group": group},
@@ -247,3 +253,80 @@ class Traffic:
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=150)
+
+
+# generous: on a loaded 2-core machine each real worker takes minutes to start
+SVC_READY_S = 600
+
+
+class Svc:
+    """One SpeculativeService in a test: create, patch, read and wait on its status."""
+
+    def __init__(self, cluster: Any, namespace: str, name: str) -> None:
+        from kubernetes import client
+
+        api = cluster.api_client()
+        self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        self.cluster, self.ns, self.name = cluster, namespace, name
+
+    def create(self, spec: dict) -> None:
+        self.custom.create_namespaced_custom_object(
+            k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
+            {"apiVersion": k8s.API_VERSION, "kind": k8s.KIND, "metadata": {"name": self.name},
+             "spec": spec})
+
+    def delete(self) -> None:
+        self.custom.delete_namespaced_custom_object(k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
+                                                    self.name)
+        wait_for(lambda: not [p for p in self.core.list_namespaced_pod(
+            self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items],
+                 f"the pods of {self.name} gone", timeout=120)
+
+    def patch(self, body: dict) -> None:
+        self.custom.patch_namespaced_custom_object(k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
+                                                   self.name, body)
+
+    def status(self) -> dict:
+        return self.custom.get_namespaced_custom_object(
+            k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL, self.name).get("status") or {}
+
+    def wait(self, predicate, what: str, timeout: float = SVC_READY_S) -> dict:
+        def check() -> dict | None:
+            status = self.status()
+            return status if predicate(status) else None
+
+        try:
+            return wait_for(check, what, timeout=timeout, interval=1)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; status: {json.dumps(self.status())[:3000]}") from exc
+
+    def policy(self, track: str) -> dict[str, Any]:
+        """The policy document the track's ConfigMap holds."""
+        cm = self.core.read_namespaced_config_map(manifests.configmap_name(self.name, track),
+                                                  self.ns)
+        return dict(json.loads(cm.data["policy.json"]))
+
+    def policy_mode(self, track: str) -> str:
+        return str(self.policy(track)["mode"])
+
+    def tracks(self) -> dict[str, int]:
+        pods = [p for p in self.core.list_namespaced_pod(
+            self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items
+            if p.metadata.deletion_timestamp is None]
+        out: dict[str, int] = {}
+        for pod in pods:
+            track = pod.metadata.labels[k8s.LABEL_TRACK]
+            out[track] = out.get(track, 0) + 1
+        return out
+
+
+@contextlib.contextmanager
+def prometheus_stopped(cluster: Any) -> Iterator[None]:
+    """The cluster's Prometheus frozen (SIGSTOP: it answers nothing), then resumed."""
+    state = json.loads((cluster.state_dir / "state.json").read_text())
+    (pid,) = [p["pid"] for p in state["processes"] if p["name"] == "prometheus"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

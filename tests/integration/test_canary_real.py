@@ -18,24 +18,24 @@ groups), the real operator under its least-privilege ServiceAccount with --prome
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from specd.api import k8s
 from specd.cluster.handle import wait_for
-from specd.operator import manifests
 from specd.operator.rollout import controls
-from specd.operator.testing import Traffic, operator_for_namespace
+from specd.operator.testing import (
+    SVC_READY_S,
+    Svc,
+    Traffic,
+    operator_for_namespace,
+    prometheus_stopped,
+)
 
 pytestmark = pytest.mark.cluster
 
-READY_S = 600  # generous: on a loaded 2-core machine each worker takes minutes to start
+READY_S = SVC_READY_S
 WORKER = {"image": "specd-worker:dev",
           "resources": {"limits": {"cpu": "1", "memory": "3Gi", "nvidia.com/gpu": 1}}}
 ENGINE = {"maxBatch": 2, "queueBound": 16, "extraArgs": ["--cost-profile=none"]}
@@ -46,59 +46,6 @@ def op(cluster, tmp_path_factory):
     with operator_for_namespace(cluster, tmp_path_factory.mktemp("op"), "real",
                                 extra=("--prometheus-url", cluster.prometheus_url)) as running:
         yield running
-
-
-class Svc:
-    def __init__(self, cluster, namespace: str, name: str) -> None:
-        api = cluster.api_client()
-        self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        self.cluster, self.ns, self.name = cluster, namespace, name
-
-    def create(self, spec: dict) -> None:
-        self.custom.create_namespaced_custom_object(
-            k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
-            {"apiVersion": k8s.API_VERSION, "kind": k8s.KIND, "metadata": {"name": self.name},
-             "spec": spec})
-
-    def delete(self) -> None:
-        self.custom.delete_namespaced_custom_object(k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
-                                                    self.name)
-        wait_for(lambda: not [p for p in self.core.list_namespaced_pod(
-            self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items],
-                 f"the pods of {self.name} gone", timeout=120)
-
-    def patch(self, body: dict) -> None:
-        self.custom.patch_namespaced_custom_object(k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL,
-                                                   self.name, body)
-
-    def status(self) -> dict:
-        return self.custom.get_namespaced_custom_object(
-            k8s.GROUP, k8s.VERSION, self.ns, k8s.PLURAL, self.name).get("status") or {}
-
-    def wait(self, predicate, what: str, timeout: float = READY_S) -> dict:
-        def check() -> dict | None:
-            status = self.status()
-            return status if predicate(status) else None
-
-        try:
-            return wait_for(check, what, timeout=timeout, interval=1)
-        except TimeoutError as exc:
-            raise TimeoutError(f"{exc}; status: {json.dumps(self.status())[:3000]}") from exc
-
-    def policy_mode(self, track: str) -> str:
-        cm = self.core.read_namespaced_config_map(manifests.configmap_name(self.name, track),
-                                                  self.ns)
-        return json.loads(cm.data["policy.json"])["mode"]
-
-    def tracks(self) -> dict[str, int]:
-        pods = [p for p in self.core.list_namespaced_pod(
-            self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items
-            if p.metadata.deletion_timestamp is None]
-        out: dict[str, int] = {}
-        for pod in pods:
-            track = pod.metadata.labels[k8s.LABEL_TRACK]
-            out[track] = out.get(track, 0) + 1
-        return out
 
 
 def rollout(status: dict) -> dict:
@@ -240,18 +187,6 @@ def test_a_changed_target_fails_the_lossless_probes(cluster, op, target, host_di
     assert degraded["reason"] == "RolledBack" and "lossless" in degraded["message"]
     print(f"\n{probe['message']}")
     svc.delete()
-
-
-@contextmanager
-def prometheus_stopped(cluster):
-    """The cluster's Prometheus frozen (SIGSTOP: it answers nothing), then resumed."""
-    state = json.loads((cluster.state_dir / "state.json").read_text())
-    (pid,) = [p["pid"] for p in state["processes"] if p["name"] == "prometheus"]
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def test_no_data_holds_and_a_stopped_prometheus_never_rolls_back(cluster, op) -> None:

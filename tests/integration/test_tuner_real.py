@@ -1,0 +1,140 @@
+"""The policy tuner end to end on real workers: real `specd serve` processes (the pod
+runner), real Prometheus, bounded real traffic through the Service URL, the real operator
+with --prometheus-url deciding every 30 s interval.
+
+One service, fixed verification at K=4 (the length pinned by the bounds: only the mode may
+move), tuning on:
+
+1. No traffic: every interval holds, and the Tuned condition says NoData.
+2. Mixed traffic, where the code group's prompts are random characters (its drafts are
+   rejected: every round verifies four useless tokens) and chat's a repeated line (its
+   drafts are accepted): code goes plain -- its goodput measured below the workers' own
+   true-plain reference rounds -- while chat stays speculative; the ConfigMap, the workers'
+   metrics, the history store and an Event all say so. No request fails.
+3. The operator SIGKILLed and restarted: the tuned overlay is still rendered (it lives in
+   the status), and tuning goes on from status.tuning.lastRun.
+4. Prometheus stopped (SIGSTOP): the next interval changes nothing and says why.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import httpx
+import pytest
+
+from specd.cluster.handle import wait_for
+from specd.operator.testing import Svc, Traffic, operator_for_namespace, prometheus_stopped
+
+pytestmark = pytest.mark.cluster
+
+INTERVAL_S = 30
+SPEC = {
+    "replicas": 1,
+    "model": {"reference": "smollm2-135m", "maxContext": 512},
+    "drafter": {"method": "semi-ar", "k": 4},
+    "verification": {"mode": "fixed", "fixedLength": 4},
+    "engine": {"maxBatch": 2, "queueBound": 16, "extraArgs": ["--cost-profile=none"]},
+    "worker": {"image": "specd-worker:dev",
+               "resources": {"limits": {"cpu": "1", "memory": "3Gi", "nvidia.com/gpu": 1}}},
+    "tuning": {"enabled": True, "interval": f"{INTERVAL_S}s", "referenceShare": 0.2,
+               "bounds": {"modes": ["fixed", "plain"], "fixedLength": {"min": 4, "max": 4}}},
+}
+PROMPTS = {
+    "chat": "Repeat exactly, eight times, the line: the cat sat on the mat.",
+    "code": "Copy these characters exactly: q7#Zp!x2&Lm9@vB4$kR1*tW8^yN3%cF6",
+}
+
+
+@pytest.fixture(scope="module")
+def op(cluster, tmp_path_factory):
+    with operator_for_namespace(cluster, tmp_path_factory.mktemp("op"), "tune",
+                                extra=("--prometheus-url", cluster.prometheus_url)) as running:
+        yield running
+
+
+def tuned(status: dict) -> dict:
+    return status.get("tuning") or {}
+
+
+def condition(status: dict) -> dict:
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Tuned"), {})
+
+
+def emitted_by_mode(cluster, namespace: str, pod_port: int) -> dict[tuple[str, str], float]:
+    text = httpx.get(f"http://127.0.0.1:{pod_port}/metrics", timeout=10).text
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("specd_emitted_tokens_total{"):
+            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:
+                                                              line.index("}")].split(","))
+            key = (labels["task_group"].strip('"'), labels["policy_mode"].strip('"'))
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op) -> None:
+    namespace, operator = op
+    svc = Svc(cluster, namespace, "tuned")
+    svc.create(SPEC)
+    svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
+
+    # 1. no traffic: the intervals hold and say why
+    quiet = svc.wait(lambda s: condition(s).get("reason") == "NoData",
+                     "an interval without data", timeout=3 * INTERVAL_S + 60)
+    assert tuned(quiet).get("overlay", {}) == {}
+    assert "no change" in condition(quiet)["message"]
+
+    # 2. mixed traffic: code goes plain, chat stays speculative
+    url = cluster.service_url(namespace, "tuned", ready=1)
+    with Traffic(url, concurrency=2, max_tokens=16, prompts=PROMPTS) as traffic:
+        started = time.monotonic()
+        plain = svc.wait(lambda s: (tuned(s).get("overlay") or {}).get("code", {}).get(
+            "mode") == "plain", "code tuned to plain", timeout=10 * INTERVAL_S + 120)
+        took = time.monotonic() - started
+        groups = tuned(plain)["groups"]
+        assert groups["code"]["action"] == "plain" and "below true plain" in groups["code"][
+            "reason"], groups["code"]
+        assert groups["chat"]["mode"] == "fixed", groups["chat"]
+        wait_for(lambda: svc.policy("stable").get("groups", {}).get("code", {}).get(
+            "mode") == "plain", "the ConfigMap to carry the tuned group", timeout=30)
+        assert svc.policy("stable")["mode"] == "fixed"  # the spec's mode for everyone else
+        # the workers run code plain now: its tokens are counted under policy_mode="plain"
+        (pod,) = [p for p in svc.core.list_namespaced_pod(namespace).items
+                  if p.metadata.deletion_timestamp is None]
+        port = cluster.runner_state().pod(namespace, pod.metadata.name)["ports"]["8000"]
+        wait_for(lambda: emitted_by_mode(cluster, namespace, port).get(("code", "plain"), 0) > 0,
+                 "code tokens decoded plain", timeout=60)
+        print(f"\ncode went plain {took:.0f} s after the traffic started; "
+              f"evidence: {groups['code']['reason']}")
+
+        # 3. the operator killed and restarted: the overlay is in the status, still rendered
+        last_run = tuned(svc.status())["lastRun"]
+        operator.kill()
+        operator.start()
+        svc.wait(lambda s: tuned(s).get("lastRun", "") > last_run, "an interval after restart",
+                 timeout=3 * INTERVAL_S + 60)
+        assert (tuned(svc.status()).get("overlay") or {}).get("code", {}).get("mode") == "plain"
+        assert svc.policy("stable")["groups"]["code"]["mode"] == "plain"
+
+        # 4. Prometheus stopped: the next interval changes nothing, and says why
+        before = tuned(svc.status())
+        with prometheus_stopped(cluster):
+            stopped = svc.wait(lambda s: condition(s).get("reason") == "MetricsUnavailable",
+                               "an interval without Prometheus", timeout=3 * INTERVAL_S + 60)
+        assert tuned(stopped)["overlay"] == before["overlay"]
+        time.sleep(1)
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+
+    # every change is a history row with its evidence, and an Event
+    events = [e for e in svc.core.list_namespaced_event(namespace).items
+              if e.involved_object.name == "tuned" and e.reason == "PolicyTuned"]
+    assert any("code: plain" in e.message for e in events), [e.message for e in events]
+    path = operator.history_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        rows = db.execute("select task_group, reason, applied, evidence from policy_changes "
+                          "where service = 'tuned'").fetchall()
+    assert ("code", "plain", 1) in [r[:3] for r in rows], rows
+    assert "plain_goodput" in next(r[3] for r in rows if r[0] == "code")
+    svc.delete()
