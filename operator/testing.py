@@ -206,8 +206,10 @@ class Traffic:
     on exit."""
 
     def __init__(self, url: str, concurrency: int = 2, max_tokens: int = 24,
-                 prompts: dict[str, str] | None = None) -> None:
+                 prompts: dict[str, str] | None = None,
+                 temperatures: dict[str, float] | None = None) -> None:
         self.url, self.stop, self.max_tokens = url, threading.Event(), max_tokens
+        self.temperatures = temperatures or {}  # per task group; greedy otherwise
         self.prompts = prompts or {"chat": "Write a short greeting.",
                                    "code": "Write a Python function that adds two numbers."}
         self.sent = self.failed = 0
@@ -231,7 +233,8 @@ class Traffic:
                     response = http.post(f"{self.url}/v1/chat/completions",
                                          headers={"X-Specd-Task-Group": group},
                                          json={"model": "smollm2-135m", "max_tokens": self.max_tokens,
-                                               "temperature": 0,
+                                               "temperature": self.temperatures.get(
+                                                   group, 0.0),
                                                "messages": [{"role": "user", "content": prompt}]})
                     ok = response.status_code == 200
                     detail = f"{response.status_code} {response.text[:200]}"

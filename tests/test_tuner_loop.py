@@ -63,7 +63,8 @@ def test_windows_compare_speculation_with_the_plain_reference_at_the_same_batch(
 
 def test_queries_select_one_service_stable_track() -> None:
     queries = signals.Queries("ns", "svc", "5m").all()
-    assert set(queries) == {"requests", "tokens", "seconds", "accepted", "reached", "verified"}
+    assert set(queries) == {"requests", "tokens", "seconds", "accepted", "reached", "verified",
+                            "predicted"}
     assert all('serving_specd_io_service="svc"' in q and 'track="stable"' in q and "[5m]" in q
                for q in queries.values())
 
@@ -158,3 +159,40 @@ def read(status):
     from specd.operator.tuner.overlay import read_overlay
 
     return read_overlay({"status": status})
+
+
+def with_predictions(found: dict, predicted: float) -> dict:
+    """The same windows, the scheduler having predicted ``predicted`` at every position."""
+    from dataclasses import replace
+
+    return {g: replace(w, reached_by_position=(1000.0, 500.0, 250.0, 125.0),
+                       predicted_by_position=(predicted,) * 4) for g, w in found.items()}
+
+
+def test_an_over_confident_group_is_recalibrated_once_and_then_holds() -> None:
+    """Predicted 0.9 where 0.5 is accepted: a per-position bias of logit(0.5) - logit(0.9)
+    (-2.2) goes into the overlay; measured calibrated afterwards, it holds."""
+    s = spec()
+    window = signals.windows(vectors({"chat": (1500.0, 100.0)}), T0)
+    over = with_predictions(window, 0.9)
+    first = tune(s, None, over, T0, settings=SETTINGS)
+    (change,) = first.changes
+    assert change.decision.action == "recalibrate" and "ECE 0.400" in change.decision.reason
+    bias = first.status["overlay"]["chat"]["calibration"]["bias"]
+    assert bias == pytest.approx([-2.1972] * 4, abs=1e-3)
+    assert change.after["calibration"]["bias"] == bias and change.before["calibration"][
+        "bias"] == []
+    from specd.operator.tuner.overlay import read_overlay
+
+    overlay = read_overlay({"status": {"tuning": first.status}})
+    assert s.policy(overlay).for_group("chat").calibration.bias == bias
+    # within the dwell nothing more; once calibrated (predictions now match) it holds
+    status = {"tuning": first.status}
+    assert not tune(s, status, over, T0 + INTERVAL, settings=SETTINGS).changes
+    calibrated = with_predictions(window, 0.52)
+    later = tune(s, status, calibrated, T0 + 3 * INTERVAL, settings=SETTINGS)
+    assert not later.changes
+    # fixed mode has no use for calibration: never recalibrated
+    fixed = parse_spec({**s.model_dump(by_alias=True), "verification": {"mode": "fixed"}})
+    assert not tune(fixed, None, over, T0, settings=SETTINGS).changes
+    assert decide.calibration_error(over["chat"], SETTINGS) == pytest.approx((0.4, 4))

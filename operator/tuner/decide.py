@@ -23,17 +23,20 @@ be. A change is rare and deliberate:
 - **Bounds** (``spec.tuning.bounds``) are never crossed; a pinned group or a progressing canary
   holds, and every hold says why.
 
-The knobs it moves: the mode (plain vs the group's speculative mode), the draft length (K, or
-the fixed length in fixed mode; max verify in scheduled mode follows K) and nothing else yet:
-calibration is a separate decision (``calibrate``).
+The knobs it moves: the mode (plain vs the group's speculative mode) and the draft length (K,
+or the fixed length in fixed mode; max verify in scheduled mode follows K). Calibration is a
+separate decision (``recalibrate``), taken only in an interval that changes nothing else.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-Action = Literal["hold", "plain", "speculate", "shrink", "grow"]
+from specd.api.policy import Calibration
+
+Action = Literal["hold", "plain", "speculate", "shrink", "grow", "recalibrate"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ class Window:
     # current length have no entry)
     acceptance_by_position: tuple[float, ...] = ()
     verified_by_position: tuple[float, ...] = ()
+    # where position i+1 was reached (verified, every earlier draft accepted): how often, and
+    # the scheduler's mean predicted confidence there (calibration against acceptance)
+    reached_by_position: tuple[float, ...] = ()
+    predicted_by_position: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,8 @@ class Settings:
     dwell_s: float = 600.0  # no change within this of the last one
     backoff_s: float = 900.0  # first re-probe of speculation after going plain
     max_backoff_s: float = 4 * 3600.0
+    calibration_error: float = 0.05  # recalibrate above this expected calibration error
+    max_bias: float = 4.0  # |per-position bias| stays within this (logit units)
 
     @classmethod
     def for_interval(cls, interval_s: float) -> Settings:
@@ -152,6 +161,12 @@ def recommend(window: Window | None, policy: GroupPolicy, bounds: Bounds,
     if min(acc) > s.grow_above and policy.k < bounds.k_max:
         return "grow", policy.k + 1, (f"every position accepts > {s.grow_above} (last "
                                       f"{last:.2f})")
+    if last < s.shrink_below:
+        return "hold", policy.k, (f"position {policy.k} accepts {last:.2f}, but K is at its "
+                                  f"lower bound ({bounds.k_min})")
+    if min(acc) > s.grow_above:
+        return "hold", policy.k, (f"every position accepts > {s.grow_above}, but K is at its "
+                                  f"upper bound ({bounds.k_max})")
     return "hold", policy.k, f"position {policy.k} accepts {last:.2f}: in the dead band"
 
 
@@ -231,3 +246,57 @@ def _evidence(window: Window | None, action: Action, why: str) -> dict:
             "plain_goodput": window.plain_goodput, "plain_samples": window.plain_samples,
             "acceptance_by_position": list(window.acceptance_by_position),
             "verified_by_position": list(window.verified_by_position)}
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 0.02), 0.98)
+    return math.log(p / (1 - p))
+
+
+def calibration_error(window: Window, s: Settings) -> tuple[float, int] | None:
+    """Expected calibration error over the positions reached ``min_verified`` times or
+    more: |mean predicted - observed acceptance|, weighted by how often each was reached;
+    and how many positions it covers (None: none was reached often enough)."""
+    used = [i for i, n in enumerate(window.reached_by_position)
+            if n >= s.min_verified and i < len(window.predicted_by_position)
+            and i < len(window.acceptance_by_position)]
+    if not used:
+        return None
+    total = sum(window.reached_by_position[i] for i in used)
+    ece = sum(window.reached_by_position[i] * abs(window.predicted_by_position[i]
+                                                  - window.acceptance_by_position[i])
+              for i in used) / total
+    return ece, len(used)
+
+
+def recalibrate(window: Window | None, current: Calibration,
+                settings: Settings | None = None) -> tuple[Calibration | None, str, dict]:
+    """A per-position bias that moves the predicted confidence onto the observed acceptance
+    (in logit space: exact where a position's confidences are alike, a step towards it
+    otherwise), or None with the reason. Only above ``calibration_error``, on positions
+    reached ``min_verified`` times; later positions keep the last bias (the scheduler
+    extends the list)."""
+    s = settings or Settings()
+    if window is None:
+        return None, "no data in the window", {}
+    found = calibration_error(window, s)
+    if found is None:
+        return None, "too few reached positions to check the calibration", {}
+    ece, positions = found
+    evidence = {"ece": ece, "positions": positions,
+                "predicted_by_position": list(window.predicted_by_position),
+                "acceptance_by_position": list(window.acceptance_by_position),
+                "reached_by_position": list(window.reached_by_position)}
+    if ece <= s.calibration_error:
+        return None, f"calibrated: ECE {ece:.3f} <= {s.calibration_error}", evidence
+    bias = [current.bias[min(i, len(current.bias) - 1)] if current.bias else 0.0
+            for i in range(positions)]
+    for i in range(positions):
+        # the exported prediction is the calibrated one: z = logit(c)/T + b, so moving b
+        # by the logit gap moves the prediction onto the acceptance
+        shift = (_logit(window.acceptance_by_position[i])
+                 - _logit(window.predicted_by_position[i]))
+        bias[i] = max(-s.max_bias, min(s.max_bias, bias[i] + shift))
+    new = Calibration(temperature=list(current.temperature), bias=[round(b, 4) for b in bias])
+    return new, (f"ECE {ece:.3f} > {s.calibration_error} over {positions} positions: "
+                 f"per-position bias {new.bias}"), evidence

@@ -125,10 +125,24 @@ def tune(spec: ServiceSpec, status: Mapping[str, Any] | None,
                                  s, pinned=group in spec.tuning.pinned_groups, frozen=frozen)
         if unavailable is not None and not decision.changed:
             decision = replace(decision, reason=f"no change: {unavailable}")
+        calibration = None
+        if (not decision.changed and unavailable is None and frozen is None
+                and group not in spec.tuning.pinned_groups and current.mode == "scheduled"
+                and (state.last_change is None or now - state.last_change >= s.dwell_s)):
+            calibration, why, evidence = decide.recalibrate(window, effective.calibration, s)
+            if calibration is not None:
+                decision = decide.Decision("recalibrate", current, replace(
+                    decision.state, last_change=now, recent=(), recent_k=()), why, evidence)
         dry_run = None
         if decision.changed:
             entry = overlay_entry(overlay.get(group), decision.policy)
-            change = Change(group, decision, asdict(current), asdict(decision.policy),
+            if calibration is not None:
+                entry = entry.model_copy(update={"calibration": calibration})
+            before_doc, after_doc = asdict(current), asdict(decision.policy)
+            if calibration is not None:
+                before_doc["calibration"] = effective.calibration.model_dump()
+                after_doc["calibration"] = calibration.model_dump()
+            change = Change(group, decision, before_doc, after_doc,
                             applied=not spec.tuning.dry_run)
             changes.append(change)
             if spec.tuning.dry_run:

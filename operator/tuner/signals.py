@@ -8,7 +8,7 @@ PromQL recipes (``{sel}``: namespace, service, track="stable"; ``W``: the tuning
   rows; request-seconds = round time x the group's rows):
                        sum by (task_group, round_kind, batch) (increase(specd_decode_tokens_total{sel}[W]))
                        sum by (task_group, round_kind, batch) (increase(specd_decode_seconds_total{sel}[W]))
-- draft positions:     sum by (task_group, position) (increase(specd_{accepted,reached,verified}_per_position_total{sel}[W]))
+- draft positions:     sum by (task_group, position) (increase(specd_{accepted,reached,verified,predicted}_per_position_total{sel}[W]))
 
 The true-plain reference. Workers of a tuned service run a share of decode rounds plain for
 every request (``policy.plain_rounds``, ``spec.tuning.referenceShare``); the scheduled mode's
@@ -58,6 +58,7 @@ class Queries:
             "accepted": self._increase(f"{m.ACCEPTED_PER_POSITION}_total", position),
             "reached": self._increase(f"{m.REACHED_PER_POSITION}_total", position),
             "verified": self._increase(f"{m.VERIFIED_PER_POSITION}_total", position),
+            "predicted": self._increase(f"{m.PREDICTED_PER_POSITION}_total", position),
         }
 
 
@@ -108,6 +109,7 @@ def windows(vectors: Mapping[str, Vector], end: float) -> dict[str, Window]:
         accepted = _positions(vectors["accepted"], group)
         reached = _positions(vectors["reached"], group)
         verified = _positions(vectors["verified"], group)
+        predicted = _positions(vectors.get("predicted", []), group)
         last = max(verified, default=0)
         out[group] = Window(
             end=end, requests=finished, goodput=goodput, plain_goodput=plain_goodput,
@@ -115,5 +117,9 @@ def windows(vectors: Mapping[str, Vector], end: float) -> dict[str, Window]:
             acceptance_by_position=tuple(accepted.get(i, 0.0) / reached[i]
                                          if reached.get(i) else 0.0
                                          for i in range(1, last + 1)),
-            verified_by_position=tuple(verified.get(i, 0.0) for i in range(1, last + 1)))
+            verified_by_position=tuple(verified.get(i, 0.0) for i in range(1, last + 1)),
+            reached_by_position=tuple(reached.get(i, 0.0) for i in range(1, last + 1)),
+            predicted_by_position=tuple(predicted.get(i, 0.0) / reached[i]
+                                        if reached.get(i) else 0.0
+                                        for i in range(1, last + 1)) if predicted else ())
     return out

@@ -10,6 +10,10 @@
                                                       every past rollout from the history
                                                       store (4: the store cannot be read)
     kubectl specd history NAME                        without a URL: the object's Events
+    kubectl specd policy NAME [--group G --pin|--unpin]
+                                                      the tuner's state per task group; pin
+                                                      (or unpin) a group to stop (or resume)
+                                                      its tuning
 
 Credentials and namespace come from the kubeconfig as kubectl reads them (``--kubeconfig``,
 ``$KUBECONFIG``, ``--context``, the context's namespace). Every control is one merge patch
@@ -76,6 +80,12 @@ def parser() -> argparse.ArgumentParser:
                              help="also each rollout's analysis measurements")
             sub.add_argument("--limit", type=int, default=20, metavar="N",
                              help="the newest N rollouts (default 20; 0: all)")
+    policy = verbs.add_parser("policy", help="the tuner's state per task group; pin a group")
+    policy.add_argument("name")
+    policy.add_argument("--group", default=None, help="the task group to pin or unpin")
+    pinning = policy.add_mutually_exclusive_group()
+    pinning.add_argument("--pin", action="store_true", help="stop tuning the group")
+    pinning.add_argument("--unpin", action="store_true", help="tune the group again")
     for verb, text in (("promote", "go to the next step (--full: to the end)"),
                        ("pause", "hold the rollout where it is"),
                        ("resume", "continue a paused rollout"),
@@ -141,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from specd.operator.rollout import controls
     from specd.operator.rollout.canary import parse_duration
+    from specd.operator.tuner import controls as tuner_controls
 
     args = parser().parse_args(argv)
     if args.verb == "history":
@@ -165,6 +176,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             controls.apply(kube.custom, namespace, args.name, action,  # type: ignore[arg-type]
                            actor=f"kubectl-specd/{kube.user}", field_manager="kubectl-specd")
             print(f"specsvc/{args.name} {DONE[action]}")
+            return 0
+        if args.verb == "policy":
+            if args.pin or args.unpin:
+                if not args.group:
+                    print("error: --pin/--unpin need --group G", file=sys.stderr)
+                    return 2
+                try:
+                    tuner_controls.pin(kube.custom, namespace, args.name, args.group,
+                                       args.pin, actor=f"kubectl-specd/{kube.user}",
+                                       field_manager="kubectl-specd")
+                except ValueError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    return 2
+                print(f"specsvc/{args.name} {args.group} {'pinned' if args.pin else 'unpinned'}")
+                return 0
+            print(render.policy_table(kube.get(namespace, args.name)))
             return 0
         if args.verb == "history":
             print(render.history(kube.events(namespace, args.name)))

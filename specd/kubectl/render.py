@@ -211,3 +211,25 @@ def rollout_history(rollouts: Sequence[Any], now: datetime, *, measurements: boo
     if total is not None and total > len(rollouts):
         text += (f"\n\n(the newest {len(rollouts)} of {total} rollouts; --limit N shows more)")
     return text
+
+
+def policy_table(obj: Obj) -> str:
+    """``kubectl specd policy NAME``: per task group, what it runs and why (status.tuning)."""
+    spec = obj.get("spec") or {}
+    tuning = _status(obj).get("tuning") or {}
+    pinned = set((spec.get("tuning") or {}).get("pinnedGroups") or [])
+    enabled = bool((spec.get("tuning") or {}).get("enabled"))
+    groups = tuning.get("groups") or {}
+    rows = [["GROUP", "MODE", "K", "PINNED", "LAST CHANGE", "HOLD UNTIL", "REASON"]]
+    for group in sorted(set(groups) | pinned):
+        g = groups.get(group) or {}
+        rows.append([group, str(g.get("mode") or "-"), str(g.get("k") or "-"),
+                     "yes" if group in pinned else "no", str(g.get("lastChange") or "-"),
+                     str(g.get("holdUntil") or "-"),
+                     str(g.get("dryRun") or g.get("reason") or "-")[:100]])
+    head = (f"tuning: {'on' if enabled else 'off'}"
+            f"{' (dry run)' if (spec.get('tuning') or {}).get('dryRun') else ''}, "
+            f"last interval {tuning.get('lastRun') or 'never'}")
+    if len(rows) == 1:
+        return head + "\nno task group judged yet"
+    return head + "\n" + table(rows)
