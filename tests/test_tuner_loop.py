@@ -132,6 +132,15 @@ def test_no_data_unavailable_metrics_pins_dry_run_and_canaries_change_nothing() 
     result = run(spec(), None, 3, unavailable="Prometheus at http://x unreachable")[0][-1]
     assert not result.changes and result.condition[:2] == (False, "MetricsUnavailable")
     assert "unreachable" in result.status["groups"].get("code", {}).get("reason", "unreachable")
+    # a plain group is not re-probed without metrics, nor without traffic
+    _, plain = run(spec(), slow, 2)
+    assert plain["tuning"]["overlay"] == {"code": {"mode": "plain"}}
+    late = T0 + 10 * INTERVAL  # the back-off long past
+    for windows, unavailable in ((None, "Prometheus at http://x unreachable"), (quiet, None)):
+        held = tune(spec(), plain, windows, late, unavailable=unavailable, settings=SETTINGS)
+        assert not held.changes, held.changes
+    assert tune(spec(), plain, slow, late, settings=SETTINGS).changes[0].decision.action == \
+        "speculate"
     result = run(spec(pinnedGroups=["code"]), slow, 3)[0][-1]
     assert not result.changes and "pinned" in result.holds["code"]
     result = run(spec(), slow, 3, frozen="a canary rollout is in progress")[0][-1]

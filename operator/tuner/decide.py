@@ -189,6 +189,9 @@ def decide(window: Window | None, policy: GroupPolicy, state: State, bounds: Bou
         return Decision("hold", policy, state, reason, evidence)
 
     if policy.mode == "plain":
+        if window is None or window.requests < s.min_requests:
+            # a re-probe is a change: it waits for traffic that can judge it
+            return hold(f"plain: {why}; the re-probe waits for traffic")
         return _reprobe(policy, state, now, bounds, s, evidence)
     if state.backoff_s is not None and state.last_change is not None \
             and now - state.last_change >= s.max_backoff_s:

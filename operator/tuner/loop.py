@@ -121,8 +121,10 @@ def tune(spec: ServiceSpec, status: Mapping[str, Any] | None,
         window = (windows or {}).get(group)
         if window is not None and window.requests >= s.min_requests:
             judged += 1
+        # without metrics nothing moves, not even a plain group's re-probe
         decision = decide.decide(window, current, state, bounds_of(spec, current.mode), now,
-                                 s, pinned=group in spec.tuning.pinned_groups, frozen=frozen)
+                                 s, pinned=group in spec.tuning.pinned_groups,
+                                 frozen=frozen or ("no metrics" if unavailable else None))
         if unavailable is not None and not decision.changed:
             decision = replace(decision, reason=f"no change: {unavailable}")
         calibration = None
