@@ -44,7 +44,7 @@ from specd.operator.rollout.canary import Config as CanaryConfig
 from specd.operator.rollout.canary import Measurement, Plan, advance
 from specd.operator.rollout.state import RolloutState, from_status
 from specd.operator.status import ConfigError, carried_error, compute_status, status_changed
-from specd.operator.tuner.overlay import read_overlay
+from specd.operator.tuner.overlay import render_policy
 from specd.operator.tuner.timer import Tuner
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class Reconciler:
         error: ConfigError | None = None
         try:
             spec = parse_spec(owner.get("spec") or {})
-            rev, policy = revision(spec), spec.policy(read_overlay(owner))
+            rev, policy = revision(spec), render_policy(spec, owner)
         except (ValidationError, ValueError) as exc:
             message = _short(exc) if isinstance(exc, ValidationError) else str(exc)
             error = ConfigError("InvalidSpec", message)
@@ -194,7 +194,7 @@ class Reconciler:
                     owner, generation = fresh, fresh["metadata"].get("generation", generation)
                     # plan from the spec of the object read now, not the event's copy
                     spec = parse_spec(owner.get("spec") or {})
-                    rev, policy = revision(spec), spec.policy(read_overlay(owner))
+                    rev, policy = revision(spec), render_policy(spec, owner)
                     tick = self._canary(owner, spec, rev, policy)
                     plan, steps, results = tick.plan, tick.steps, tick.results
                 else:

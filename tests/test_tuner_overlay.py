@@ -58,3 +58,14 @@ def test_replacing_nulls_what_the_new_document_dropped() -> None:
     assert replacing(before, {"groups": {"chat": {"k_max": 2}}}) == {
         "groups": {"chat": {"k_max": 2}, "code": None}, "mode": None, "k_max": None}
     assert replacing(None, {"a": 1}) == {"a": 1}
+
+
+def test_an_overlay_the_spec_no_longer_takes_is_left_out() -> None:
+    from specd.operator.tuner.overlay import render_policy
+
+    s = spec(tuning={"enabled": True})
+    # each field valid, together not (a hand-edited status): the spec's policy, not Degraded
+    owner = {"status": {"tuning": {"overlay": {"chat": {"min_verify": 3, "max_verify": 2}}}}}
+    assert render_policy(s, owner) == s.policy()
+    good = {"status": {"tuning": {"overlay": {"code": {"mode": "plain"}}}}}
+    assert render_policy(s, good).for_group("code").mode == "plain"

@@ -104,6 +104,10 @@ def tune(spec: ServiceSpec, status: Mapping[str, Any] | None,
     s = settings or decide.Settings()
     previous = TuningStatus.model_validate((status or {}).get("tuning") or {})
     overlay: dict[str, GroupPolicy] = dict(previous.overlay)
+    try:
+        spec.policy(overlay)
+    except ValueError:  # an overlay the spec no longer takes (render_policy leaves it out)
+        overlay = {}
     groups = sorted((set(windows or {}) | set(previous.groups)) & set(TASK_GROUPS))
     judged = 0
     changes: list[Change] = []

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specd.api.policy import GroupPolicy
+from specd.api.policy import GroupPolicy, Policy
+from specd.api.spec import ServiceSpec
 
 log = logging.getLogger("specd.operator.tuner")
 
@@ -37,3 +38,16 @@ def overlay_document(overlay: Mapping[str, GroupPolicy]) -> dict[str, dict[str, 
     """The overlay as written to the status (a merge patch: None removes a group)."""
     return {group: policy.model_dump(mode="json", exclude_none=True) or None
             for group, policy in overlay.items()}
+
+
+def render_policy(spec: ServiceSpec, owner: Mapping[str, Any]) -> Policy:
+    """The policy the workers run: the spec with the overlay; an overlay the spec can no
+    longer take (edited since: a lower drafter.k) is left out with a warning, so the tuner's
+    state never degrades the service (the spec's own errors still raise)."""
+    overlay = read_overlay(owner)
+    if overlay:
+        try:
+            return spec.policy(overlay)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            log.warning("status.tuning.overlay ignored: %s", str(exc).splitlines()[0])
+    return spec.policy()

@@ -201,6 +201,7 @@ class EngineCore:
         confs: list[list[float]] = [[] for _ in decode]
         qs: list[torch.Tensor | None] = [None] * len(decode)
         raw_conf: dict[int, tuple[OnlineCalibration, list[float]]] = {}
+        ran_drafter = False  # the round paid for drafting (its kind: speculative)
         if speculate:
             rows, idx = [], []
             for i in drafting:
@@ -214,6 +215,7 @@ class EngineCore:
                                          position=len(s.output)))
                     idx.append(i)
             if rows:
+                ran_drafter = True
                 td = time.perf_counter()
                 hidden = (torch.stack([decode[i].hidden for i in idx])
                           if self.drafter.needs_hidden else None)
@@ -314,7 +316,7 @@ class EngineCore:
                                  sum(results[e][0] + 1 for e in range(n_dec)))
         self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, by_pos,
                             sum(1 for x in lengths if x > 0),
-                            "speculative" if speculate else "plain", self._bucket(n_dec))
+                            "speculative" if ran_drafter else "plain", self._bucket(n_dec))
         return True
 
     # -- when to draft (scheduled mode) ------------------------------------------------------
