@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from specd.api.policy import GroupPolicy, Policy, PolicyMode
+from specd.api.policy import Calibration, GroupPolicy, Policy, PolicyMode
 
 DrafterMethod = Literal["none", "ngram", "parallel", "semi-ar", "draft-model"]
 Quantity = int | str
@@ -60,6 +60,11 @@ class GroupVerificationSpec(_Spec):
                            max_verify=self.max_verify, survival_floor=self.survival_floor)
 
 
+class CalibrationSpec(_Spec):
+    temperature: list[float] = Field(default_factory=list)
+    bias: list[float] = Field(default_factory=list)
+
+
 class VerificationSpec(_Spec):
     mode: PolicyMode | None = None
     fixed_length: int | None = None
@@ -67,6 +72,7 @@ class VerificationSpec(_Spec):
     max_verify: int | None = None
     survival_floor: float = 0.05
     max_batch_tokens: int = 512
+    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
     groups: dict[str, GroupVerificationSpec] = Field(default_factory=dict)
 
 
@@ -241,6 +247,8 @@ class ServiceSpec(_Spec):
             max_verify=v.max_verify if v.max_verify is not None else k,
             survival_floor=v.survival_floor,
             max_batch_tokens=v.max_batch_tokens,
+            calibration=Calibration(temperature=v.calibration.temperature,
+                                    bias=v.calibration.bias),
             plain_rounds=self.tuning.reference_share if self.tuning.enabled else 0.0,
             groups={name: g for name, g in groups.items() if g.model_dump(exclude_none=True)},
         )

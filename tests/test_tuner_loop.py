@@ -187,6 +187,7 @@ def test_an_over_confident_group_is_recalibrated_once_and_then_holds() -> None:
     first = tune(s, None, over, T0, settings=SETTINGS)
     (change,) = first.changes
     assert change.decision.action == "recalibrate" and "ECE 0.400" in change.decision.reason
+    assert set(first.status["overlay"]["chat"]) == {"calibration"}  # mode and K untouched
     bias = first.status["overlay"]["chat"]["calibration"]["bias"]
     assert bias == pytest.approx([-2.1972] * 4, abs=1e-3)
     assert change.after["calibration"]["bias"] == bias and change.before["calibration"][

@@ -141,9 +141,11 @@ def tune(spec: ServiceSpec, status: Mapping[str, Any] | None,
                     decision.state, last_change=now, recent=(), recent_k=()), why, evidence)
         dry_run = None
         if decision.changed:
-            entry = overlay_entry(overlay.get(group), decision.policy)
-            if calibration is not None:
-                entry = entry.model_copy(update={"calibration": calibration})
+            if calibration is not None:  # the calibration alone: mode and K stay the spec's
+                entry = (overlay.get(group) or GroupPolicy()).model_copy(
+                    update={"calibration": calibration})
+            else:
+                entry = overlay_entry(overlay.get(group), decision.policy)
             before_doc, after_doc = asdict(current), asdict(decision.policy)
             if calibration is not None:
                 before_doc["calibration"] = effective.calibration.model_dump()

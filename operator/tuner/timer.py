@@ -52,24 +52,27 @@ class Tuner:
         self.lock, self.reconcile, self.clock = lock, reconcile, clock
 
     def run(self, namespace: str, name: str, force: bool = False) -> Tuned | None:
-        """One interval if it is due (``force``: now); None when nothing was due."""
+        """One interval if it is due (``force``: now); None when nothing was due. Prometheus
+        is read outside the object's lock (a slow or stopped server must not hold up the
+        reconciles); the decision and the write happen under it, on the object read again."""
+        due = self._due(namespace, name, force)
+        if due is None:
+            return None
+        spec, interval, last = due
+        now = self.clock()
+        windows, unavailable = self._windows(namespace, name, spec, now)
         with self.lock(namespace, name):
+            again = self._due(namespace, name, force)
+            if again is None or again[2] != last:
+                return None  # the spec changed, or another run took this interval
+            spec = again[0]
             owner = self.kube.get_service(namespace, name)
-            if owner is None or owner["metadata"].get("deletionTimestamp"):
-                return None
-            try:
-                spec = parse_spec(owner.get("spec") or {})
-                interval = parse_duration(spec.tuning.interval)
-            except (ValidationError, ValueError):
-                return None  # the reconciler reports the spec's problem
-            if not spec.tuning.enabled:
+            if owner is None:
                 return None
             status = owner.get("status") or {}
-            now = self.clock()
-            last = epoch((status.get("tuning") or {}).get("lastRun"))
-            if not force and last is not None and now - last < interval:
-                return None
-            result = self._interval(namespace, name, spec, status, interval, now)
+            result = tune(spec, status, windows, now, unavailable=unavailable,
+                          frozen=frozen_by_rollout(status),
+                          settings=decide.Settings.for_interval(interval))
             if not self._write(owner, result):
                 return None
         self._record(owner, result)
@@ -79,21 +82,34 @@ class Tuner:
                 self.reconcile(fresh)
         return result
 
-    def _interval(self, namespace: str, name: str, spec: ServiceSpec, status: dict[str, Any],
-                  interval: float, now: float) -> Tuned:
-        windows, unavailable = None, None
+    def _due(self, namespace: str, name: str, force: bool
+             ) -> tuple[ServiceSpec, float, float | None] | None:
+        """(spec, interval, last run) when the service's interval is due, else None."""
+        owner = self.kube.get_service(namespace, name)
+        if owner is None or owner["metadata"].get("deletionTimestamp"):
+            return None
+        try:
+            spec = parse_spec(owner.get("spec") or {})
+            interval = parse_duration(spec.tuning.interval)
+        except (ValidationError, ValueError):
+            return None  # the reconciler reports the spec's problem
+        if not spec.tuning.enabled:
+            return None
+        last = epoch(((owner.get("status") or {}).get("tuning") or {}).get("lastRun"))
+        if not force and last is not None and self.clock() - last < interval:
+            return None
+        return spec, interval, last
+
+    def _windows(self, namespace: str, name: str, spec: ServiceSpec, now: float
+                 ) -> tuple[dict[str, decide.Window] | None, str | None]:
         if self.provider is None:
-            unavailable = "no Prometheus to read (--prometheus-url)"
-        else:
-            try:
-                vectors = signals.read(self.provider, signals.Queries(
-                    namespace, name, spec.tuning.interval))
-                windows = signals.windows(vectors, now)
-            except ProviderError as exc:
-                unavailable = str(exc)[:500]
-        return tune(spec, status, windows, now, unavailable=unavailable,
-                    frozen=frozen_by_rollout(status),
-                    settings=decide.Settings.for_interval(interval))
+            return None, "no Prometheus to read (--prometheus-url)"
+        try:
+            vectors = signals.read(self.provider, signals.Queries(
+                namespace, name, spec.tuning.interval))
+        except ProviderError as exc:
+            return None, str(exc)[:500]
+        return signals.windows(vectors, now), None
 
     def _write(self, owner: dict[str, Any], result: Tuned) -> bool:
         """status.tuning and the Tuned condition, guarded by resourceVersion (a reconcile

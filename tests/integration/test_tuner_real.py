@@ -17,6 +17,11 @@ bounds: only the mode may move), tuning on:
 4. Prometheus stopped (SIGSTOP): the next interval changes nothing and says why.
 5. `kubectl specd policy tuned --group chat --pin`: the tuner holds chat from the next
    interval; `kubectl specd policy tuned` shows each group's mode, K, pin and reason.
+
+A second service, scheduled verification with a deliberately over-confident calibration
+(bias +2 in logit units on every position, a survival floor of 0.3): the tuner's
+recalibration brings the measured expected calibration error below 0.05, and accepted tokens
+per verified token rise (before and after measured from Prometheus in the same test).
 """
 
 from __future__ import annotations
@@ -168,4 +173,64 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
                           "where service = 'tuned'").fetchall()
     assert ("code", "plain", 1) in [r[:3] for r in rows], rows
     assert "plain_goodput" in next(r[3] for r in rows if r[0] == "code")
+    svc.delete()
+
+
+CALIBRATION = {
+    **SPEC,
+    "drafter": {"method": "semi-ar", "k": 4},
+    # a survival floor makes calibration matter: over-confident tails pass it and fail
+    "verification": {"mode": "scheduled", "maxVerify": 4, "survivalFloor": 0.3,
+                     "calibration": {"bias": [2.0]}},  # deliberately over-confident
+    "engine": {"maxBatch": 4, "queueBound": 16},  # measured step costs: scheduled reads them
+    "tuning": {"enabled": True, "interval": f"{INTERVAL_S}s",
+               "bounds": {"modes": ["scheduled"], "maxVerify": {"min": 4, "max": 4}}},
+}
+
+
+def measured(cluster, namespace: str, name: str) -> tuple[float | None, float]:
+    """Over the last interval, from Prometheus as the tuner reads it: the chat group's
+    expected calibration error and its accepted tokens per verified token."""
+    from specd.operator.analysis.provider import PrometheusProvider
+    from specd.operator.tuner import decide, signals
+
+    provider = PrometheusProvider(cluster.prometheus_url)
+    window = signals.windows(signals.read(provider, signals.Queries(
+        namespace, name, f"{INTERVAL_S}s")), time.time())["chat"]
+    found = decide.calibration_error(window, decide.Settings())
+    sel = (f'{{namespace="{namespace}", serving_specd_io_service="{name}", '
+           f'track="stable", task_group="chat"}}')
+    accepted = provider.value(f"sum(increase(specd_accepted_tokens_total{sel}[{INTERVAL_S}s]))")
+    verified = provider.value(f"sum(increase(specd_verified_tokens_total{sel}[{INTERVAL_S}s]))")
+    return (found[0] if found else None), (accepted or 0.0) / verified if verified else 0.0
+
+
+def test_an_over_confident_calibration_is_corrected(cluster, op) -> None:
+    namespace, _ = op
+    svc = Svc(cluster, namespace, "calibrated")
+    svc.create(CALIBRATION)
+    svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
+    url = cluster.service_url(namespace, "calibrated", ready=1)
+    prompts = {"chat": "Write a short story about a robot who learns to paint."}
+    with Traffic(url, concurrency=4, max_tokens=24, prompts=prompts) as traffic:
+        time.sleep(INTERVAL_S + 10)  # one whole interval of traffic under the bias
+        before = measured(cluster, namespace, "calibrated")
+        assert before[0] is not None and before[0] > 0.05, before
+        changed = svc.wait(lambda s: tuned(s).get("groups", {}).get("chat", {}).get(
+            "action") == "recalibrate", "the tuner's recalibration", timeout=6 * INTERVAL_S)
+        bias = tuned(changed)["overlay"]["chat"]["calibration"]["bias"]
+        assert all(b < 2.0 for b in bias), bias  # the over-confidence taken back
+        wait_for(lambda: svc.policy("stable").get("groups", {}).get("chat", {}).get(
+            "calibration", {}).get("bias") == bias, "the ConfigMap to carry it", timeout=30)
+        after = None
+        for _ in range(6):  # a whole interval after each change, until calibrated
+            time.sleep(INTERVAL_S + 5)
+            after = measured(cluster, namespace, "calibrated")
+            if after[0] is not None and after[0] < 0.05:
+                break
+        assert after is not None and after[0] is not None and after[0] < 0.05, (before, after)
+        assert after[1] > before[1], (before, after)  # fewer doomed tails verified
+        print(f"\nECE {before[0]:.3f} -> {after[0]:.3f}; accepted per verified token "
+              f"{before[1]:.3f} -> {after[1]:.3f}; bias {bias}")
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
     svc.delete()
