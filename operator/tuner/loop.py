@@ -161,14 +161,14 @@ def tune(spec: ServiceSpec, status: Mapping[str, Any] | None,
                 overlay[group] = entry
         else:
             holds[group] = decision.reason
-        written[group] = _group_status(decision, before, dry_run, s)
+        written[group] = _group_status(decision, dry_run, s)
     document: dict[str, Any] = {"lastRun": iso(now), "groups": written,
                                 "overlay": overlay_document(overlay)}
     return Tuned(document, _condition(judged, unavailable, frozen, changes, holds, spec, s),
                  changes, holds)
 
 
-def _group_status(decision: decide.Decision, before: GroupTuningStatus, dry_run: str | None,
+def _group_status(decision: decide.Decision, dry_run: str | None,
                   s: decide.Settings) -> dict[str, Any]:
     st, chosen = decision.state, decision.policy
     hold_until = None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -158,8 +159,6 @@ class Tuner:
 
 def _row(owner: dict[str, Any], group: str, decision: decide.Decision,
          before: dict[str, Any], after: dict[str, Any], applied: bool) -> Callable[[Any], Any]:
-    from datetime import UTC, datetime
-
     meta = owner["metadata"]
     evidence = {**decision.evidence, "state": asdict(decision.state)}
 
