@@ -18,7 +18,11 @@ bounds: only the mode may move), tuning on:
 5. `kubectl specd policy tuned --group chat --pin`: the tuner holds chat from the next
    interval; `kubectl specd policy tuned` shows each group's mode, K, pin and reason.
 
-A second service, scheduled verification with a deliberately over-confident calibration
+A steady load, then a step: Scheme A at K=4 (semi-ar) under concurrency 1 holds 10 intervals
+with at most one change, judged on data; at concurrency 16 it loses to plain and the group goes
+plain within the evidence time, with at most two changes (plain, and the re-probe after it).
+
+A third service, scheduled verification with a deliberately over-confident calibration
 (bias +2 in logit units on every position): the tuner's recalibration brings the measured
 expected calibration error below 0.05, and accepted tokens per verified token do not fall
 (before and after measured from Prometheus in the same test).
@@ -220,7 +224,10 @@ def test_an_over_confident_calibration_is_corrected(cluster, op) -> None:
         changed = svc.wait(lambda s: tuned(s).get("groups", {}).get("chat", {}).get(
             "action") == "recalibrate", "the tuner's recalibration", timeout=6 * INTERVAL_S)
         bias = tuned(changed)["overlay"]["chat"]["calibration"]["bias"]
-        assert all(b < 2.0 for b in bias), bias  # the over-confidence taken back
+        # the over-confidence taken back where the evidence is deepest: position 1, reached
+        # by every drafted round (a later position, reached only after accepted drafts, may
+        # have been under-confident even with +2: its bias may rise)
+        assert bias[0] < 2.0, bias
         wait_for(lambda: svc.policy("stable").get("groups", {}).get("chat", {}).get(
             "calibration", {}).get("bias") == bias, "the ConfigMap to carry it", timeout=30)
         after = None
@@ -235,4 +242,76 @@ def test_an_over_confident_calibration_is_corrected(cluster, op) -> None:
         print(f"\nECE {before[0]:.3f} -> {after[0]:.3f}; accepted per verified token "
               f"{before[1]:.3f} -> {after[1]:.3f}; bias {bias}")
     assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    svc.delete()
+
+
+STEP_INTERVAL_S = 30
+STEPPED = {
+    **SPEC,
+    # Scheme A at K=4 with the semi-ar drafter: on this CPU it beats plain decoding alone
+    # (in-process, greedy: 1.74x at concurrency 1) and loses at 16 in a batch (0.83x: the
+    # verify pass grows with the batch, plain decoding's step barely does)
+    "drafter": {"method": "semi-ar", "k": 4},
+    "engine": {"maxBatch": 16, "queueBound": 64, "extraArgs": ["--cost-profile=none"]},
+    "tuning": {**SPEC["tuning"], "interval": f"{STEP_INTERVAL_S}s"},
+}
+
+
+def changes(operator, name: str) -> list[tuple[str, str]]:
+    """The tuner's applied changes to the service so far, in order: (group, action)."""
+    path = operator.history_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        return db.execute("select task_group, reason from policy_changes where service = ? "
+                          "and applied = 1 order by at", (name,)).fetchall()
+
+
+def intervals(svc: Svc, n: int) -> list[dict]:
+    """Wait for the next ``n`` tuning intervals; the chat group's entry in each."""
+    seen: list[dict] = []
+    for _ in range(n):
+        last = tuned(svc.status()).get("lastRun", "")
+        status = svc.wait(lambda s, last=last: tuned(s).get("lastRun", "") > last,
+                          "the next interval", timeout=STEP_INTERVAL_S + 60)
+        seen.append(tuned(status).get("groups", {}).get("chat", {}))
+    return seen
+
+
+def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
+    namespace, operator = op
+    svc = Svc(cluster, namespace, "stepped")
+    svc.create(STEPPED)
+    svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
+    url = cluster.service_url(namespace, "stepped", ready=1)
+    prompts = {"chat": "Write a story about a dragon."}
+
+    # steady: concurrency 1 for 2 intervals to converge, then 10 more with at most 1 change
+    with Traffic(url, concurrency=1, max_tokens=8, prompts=prompts) as steady:
+        intervals(svc, 2)
+        before = changes(operator, "stepped")
+        judged = intervals(svc, 10)
+        during = changes(operator, "stepped")[len(before):]
+    assert steady.sent > 0 and steady.failed == 0, steady.errors[:5]
+    assert len(during) <= 1, (during, [g.get("reason") for g in judged])
+    # the intervals were judged on data, not held for the want of it
+    on_data = [g for g in judged if not g.get("reason", "").startswith(
+        ("too few requests", "no data"))]
+    assert len(on_data) >= 8, [g.get("reason") for g in judged]
+    assert svc.policy("stable").get("groups", {}).get("chat", {}).get("mode", "fixed") == \
+        "fixed", svc.policy("stable")
+
+    # a load step to 16: fixed K=4 now loses to plain; within the evidence (2 windows) plus
+    # the window the step falls in, the group goes plain, with at most 2 changes in the
+    # 5 intervals after the step (going plain, and at most the re-probe that follows)
+    at_step = len(changes(operator, "stepped"))
+    with Traffic(url, concurrency=16, max_tokens=8, prompts=prompts) as peak:
+        seen = intervals(svc, 5)
+        after = changes(operator, "stepped")[at_step:]
+    assert peak.sent > 0 and peak.failed == 0, peak.errors[:5]
+    went_plain = next((i for i, g in enumerate(seen) if g.get("action") == "plain"), None)
+    assert went_plain is not None and went_plain <= 3, [g.get("reason") for g in seen]
+    assert "below true plain" in seen[went_plain]["reason"], seen[went_plain]
+    assert after[0] == ("chat", "plain") and len(after) <= 2, after
+    print(f"\nsteady: {len(during)} change(s) in 10 intervals ({len(on_data)} judged on "
+          f"data); step 1 -> 16: plain in interval {went_plain + 1} "
+          f"({seen[went_plain]['reason']}); changes after the step: {after}")
     svc.delete()
