@@ -206,6 +206,34 @@ class TuningSpec(_Spec):
     reference_share: float = 0.05
 
 
+class LabelSelectorRequirement(_Spec):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] | None = None
+
+
+class LabelSelector(_Spec):
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class IPBlock(_Spec):
+    cidr: str
+    except_: list[str] | None = Field(default=None, alias="except")
+
+
+class NetworkPeer(_Spec):
+    """A networking.k8s.io/v1 NetworkPolicyPeer."""
+
+    pod_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    ip_block: IPBlock | None = None
+
+
+class NetworkSpec(_Spec):
+    allow_from: list[NetworkPeer] = Field(default_factory=list)
+
+
 class ServiceSpec(_Spec):
     """``.spec`` of a SpeculativeService."""
 
@@ -217,6 +245,7 @@ class ServiceSpec(_Spec):
     worker: WorkerSpec
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     tuning: TuningSpec = Field(default_factory=TuningSpec)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
 
     def effective_mode(self) -> PolicyMode:
         """The verification mode, following the drafter when ``verification.mode`` is unset."""
@@ -257,7 +286,7 @@ class ServiceSpec(_Spec):
         """Everything in the spec that changes the worker pod (the revision hashes this).
 
         Not included: replicas (scaling never rolls), verification (hot-reloaded policy),
-        rollout and tuning (operator behaviour). Fields added later leave the hash when
+        rollout and tuning (operator behaviour), network (its own NetworkPolicy object). Fields added later leave the hash when
         off, so an operator upgrade does not roll every service."""
         drafter = self.drafter.model_dump(mode="json", by_alias=True, exclude_none=True)
         if not drafter.get("promptLookup"):

@@ -62,6 +62,7 @@ class OperatorConfig:
     history_url: str | None = None
     migrate: bool = True
     pod_address_map: str | None = None  # "podIP:port" -> "host:port" for the probes
+    own_namespace: str | None = None  # let through the workers' NetworkPolicies (probes)
 
 
 def now() -> str:
@@ -92,8 +93,10 @@ class Reconciler:
     """The operator core, independent of kopf's plumbing (kopf handlers call into it)."""
 
     def __init__(self, kube: Kube, provider: MetricProvider | None = None,
-                 recorder: Recorder | None = None, probes: ProbeClient | None = None) -> None:
+                 recorder: Recorder | None = None, probes: ProbeClient | None = None,
+                 own_namespace: str | None = None) -> None:
         self.kube = kube
+        self.own_namespace = own_namespace
         self.provider = provider
         self.probes = probes or ProbeClient(kube)
         self.recorder = recorder
@@ -199,7 +202,8 @@ class Reconciler:
                     plan, steps, results = tick.plan, tick.steps, tick.results
                 else:
                     error = self._execute(namespace, [
-                        children.Apply(c) for c in desired_children(owner, spec, policy)])
+                        children.Apply(c) for c in desired_children(owner, spec, policy,
+                                                                    self.own_namespace)])
 
             def compute(current: dict[str, Any]) -> dict[str, Any]:
                 deployments = self.kube.list_deployments(namespace, name)
@@ -276,7 +280,7 @@ class Reconciler:
         plan = advance(config, spec.replicas, desired, state, observed, at,
                        self.measure(owner, spec, results) if config.analysis else None)
         return Tick(plan, children.actions(owner, spec, desired, plan, deployments, by_policy,
-                                           policy),
+                                           policy, self.own_namespace),
                     results, state, at, analysis_window(spec.rollout.analysis)
                     if spec.rollout.analysis else "")
 
@@ -439,7 +443,8 @@ def register(registry: kopf.OperatorRegistry, cfg: OperatorConfig) -> dict[str, 
         provider = PrometheusProvider(cfg.prometheus_url) if cfg.prometheus_url else None
         kube = Kube(api)
         holder["reconciler"] = Reconciler(kube, provider, open_history(cfg),
-                                          ProbeClient(kube, AddressMap(cfg.pod_address_map)))
+                                          ProbeClient(kube, AddressMap(cfg.pod_address_map)),
+                                          cfg.own_namespace)
 
     @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -69,6 +69,7 @@ class Kube:
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     def apply(self, manifest: Manifest) -> dict[str, Any]:
         """Server-side apply one child; creates it when absent."""
@@ -77,6 +78,7 @@ class Kube:
             "Deployment": self.apps.patch_namespaced_deployment,
             "ConfigMap": self.core.patch_namespaced_config_map,
             "Service": self.core.patch_namespaced_service,
+            "NetworkPolicy": self.networking.patch_namespaced_network_policy,
         }[manifest["kind"]]
         response = method(meta["name"], meta["namespace"], manifest,
                           field_manager=FIELD_MANAGER, force=True, _content_type=APPLY,

@@ -5,6 +5,7 @@ Children, all owned by the SpeculativeService (garbage-collected with it), deter
 - ``<name>-<track>``          Deployment of worker pods for the track (stable, canary)
 - ``<name>-<track>-policy``   ConfigMap with the track's verification policy (policy.json)
 - ``<name>``                  Service selecting the workers of both tracks
+- ``<name>-workers``          NetworkPolicy: ingress to the workers on their serving port only
 
 The revision (a hash of everything that changes the worker pod) is a label on the pod
 template, so a pod-changing edit rolls the Deployment; the policy lives only in the
@@ -151,6 +152,34 @@ def build_service(owner: Mapping[str, Any]) -> Manifest:
             "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http",
                        "protocol": "TCP"}],
         },
+    }
+
+
+def network_policy_name(service: str) -> str:
+    return f"{service}-workers"
+
+
+def build_network_policy(owner: Mapping[str, Any], spec: ServiceSpec,
+                         operator_namespace: str | None = None) -> Manifest:
+    """Ingress to the workers of both tracks on the serving port only (the API, /metrics
+    and the probes share it), from ``spec.network.allowFrom``, or from anywhere when that is
+    empty. With peers set, the operator's own namespace is added (its lossless probes call
+    the pods directly). Egress is left alone: workers call nothing but DNS."""
+    service = owner["metadata"]["name"]
+    rule: dict[str, Any] = {"ports": [{"port": "http", "protocol": "TCP"}]}
+    peers = [p.model_dump(mode="json", by_alias=True, exclude_none=True)
+             for p in spec.network.allow_from]
+    if peers:
+        if operator_namespace:
+            peers.append({"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": operator_namespace}}})
+        rule["from"] = peers
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(owner, network_policy_name(service), base_labels(service)),
+        "spec": {"podSelector": {"matchLabels": selector_labels(service)},
+                 "policyTypes": ["Ingress"], "ingress": [rule]},
     }
 
 
@@ -317,7 +346,8 @@ def build_deployment(owner: Mapping[str, Any], spec: ServiceSpec, track: str,
 
 
 def desired_children(owner: Mapping[str, Any], spec: ServiceSpec,
-                     policy: Policy | None = None) -> list[Manifest]:
+                     policy: Policy | None = None,
+                     operator_namespace: str | None = None) -> list[Manifest]:
     """Everything the operator core applies for one SpeculativeService, in apply order.
 
     The core runs the stable track only (a plain rolling update on pod changes); the canary
@@ -329,4 +359,5 @@ def desired_children(owner: Mapping[str, Any], spec: ServiceSpec,
         build_configmap(owner, "stable", policy or spec.policy()),
         build_deployment(owner, spec, "stable", spec.replicas, rev),
         build_service(owner),
+        build_network_policy(owner, spec, operator_namespace),
     ]

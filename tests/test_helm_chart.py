@@ -41,9 +41,6 @@ WORKER_ACCEPTED = {
     "CKV_K8S_43": "the samples' image is a tag; spec.worker.image takes a digest",
     "CKV_K8S_21": "the golden files are rendered in namespace default; the operator writes "
                   "children in their SpeculativeService's own namespace",
-    "CKV2_K8S_6": "no NetworkPolicy for the workers yet: applying one per service needs the "
-                  "child set in operator/rollout/children.py (left for the rollout work); the "
-                  "chart's NetworkPolicy covers the operator and dashboard pods",
 }
 
 

@@ -234,3 +234,31 @@ def test_worker_threads_follow_the_cpu_limit_unless_the_user_sets_them() -> None
     env = {e["name"]: e["value"] for e in
            _build(owner)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_network_policy_opens_the_serving_port_only() -> None:
+    owner = _sample()
+    policy = _build(owner)["NetworkPolicy"]
+    assert policy["metadata"]["name"] == "smollm2-parallel-workers"
+    spec = policy["spec"]
+    # every track's workers, nothing else
+    assert spec["podSelector"] == {"matchLabels": m.selector_labels("smollm2-parallel")}
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule == {"ports": [{"port": "http", "protocol": "TCP"}]}  # from anywhere
+
+
+def test_network_policy_peers_and_the_operators_namespace() -> None:
+    owner = _sample()
+    client = {"namespaceSelector": {"matchLabels": {"team": "search"}}}
+    owner["spec"]["network"] = {"allowFrom": [client, {"ipBlock": {"cidr": "10.8.0.0/16",
+                                                                   "except": ["10.8.1.0/24"]}}]}
+    spec = parse_spec(owner["spec"])
+    alone = m.build_network_policy(owner, spec)["spec"]["ingress"][0]["from"]
+    assert alone == [client, {"ipBlock": {"cidr": "10.8.0.0/16", "except": ["10.8.1.0/24"]}}]
+    with_operator = m.build_network_policy(owner, spec, "specd-system")["spec"]["ingress"][0]
+    assert with_operator["from"][-1] == {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "specd-system"}}}
+    assert with_operator["ports"] == [{"port": "http", "protocol": "TCP"}]
+    # who may connect is not part of the pod: no roll
+    assert m.revision(spec) == m.revision(parse_spec(_sample()["spec"]))

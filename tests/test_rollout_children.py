@@ -37,7 +37,7 @@ def test_mid_rollout_the_stable_track_is_scaled_and_the_canary_applied() -> None
     kinds = [(type(s).__name__, getattr(s, "deployment", None) or s.manifest["kind"])
              for s in steps]
     assert kinds == [("Apply", "ConfigMap"), ("Scale", "svc-stable"), ("Apply", "ConfigMap"),
-                     ("Apply", "Deployment"), ("Apply", "Service")]
+                     ("Apply", "Deployment"), ("Apply", "Service"), ("Apply", "NetworkPolicy")]
     assert steps[1].replicas == 3
     canary = steps[3].manifest
     assert canary["metadata"]["name"] == "svc-canary" and canary["spec"]["replicas"] == 1

@@ -113,9 +113,11 @@ def initial_state(status: Mapping[str, Any] | None, from_status: RolloutState,
 
 def actions(owner: Mapping[str, Any], spec: ServiceSpec, desired: str, plan: Plan,
             deployments: Sequence[Mapping[str, Any]], by_policy: bool = False,
-            policy: Policy | None = None) -> list[Action]:
+            policy: Policy | None = None, operator_namespace: str | None = None
+            ) -> list[Action]:
     """What to apply and scale for ``plan``; ``desired`` is the version the spec asks for,
-    ``policy`` the document it renders (the spec's, with the tuner's overlay)."""
+    ``policy`` the document it renders (the spec's, with the tuner's overlay);
+    ``operator_namespace`` is let through the workers' NetworkPolicy."""
     service = owner["metadata"]["name"]
     policy = policy or spec.policy()
     revision = revision_of(desired)
@@ -137,6 +139,7 @@ def actions(owner: Mapping[str, Any], spec: ServiceSpec, desired: str, plan: Pla
         out.append(Apply(manifests.build_deployment(owner, spec, "canary", plan.canary.replicas,
                                                     revision_of(plan.canary.version))))
     out.append(Apply(manifests.build_service(owner)))
+    out.append(Apply(manifests.build_network_policy(owner, spec, operator_namespace)))
     return out
 
 

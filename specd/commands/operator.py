@@ -41,8 +41,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "\"host:port\" for the lossless probes, when the operator runs "
                              "outside the pod network (the local cluster's pod runner writes "
                              "one); default: pods are reached at their IP")
+    parser.add_argument("--own-namespace", default=own_namespace(), metavar="NS",
+                        help="the operator's namespace, let through a service's worker "
+                             "NetworkPolicy when spec.network.allowFrom is set (its probes "
+                             "call the pods); default: the pod's own (the ServiceAccount's "
+                             "namespace file), else $SPECD_OPERATOR_NAMESPACE")
     parser.add_argument("--no-migrate", action="store_true",
                         help="do not migrate the history store at start-up")
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str | None:
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as f:
+            return f.read().strip() or None
+    except OSError:
+        return os.environ.get("SPECD_OPERATOR_NAMESPACE") or None
 
 
 def default_history_url() -> str:
@@ -80,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                                       prometheus_url=args.prometheus_url,
                                       history_url=history_url(args.history_url),
                                       migrate=not args.no_migrate,
-                                      pod_address_map=args.pod_address_map))
+                                      pod_address_map=args.pod_address_map,
+                                      own_namespace=args.own_namespace))
     try:
         metrics.serve(args.metrics_port, args.bind)
     except OSError as exc:

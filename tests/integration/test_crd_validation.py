@@ -260,6 +260,17 @@ INVALID = [
      "spec.tuning.pinnedGroups[0]"),
     ("tuning reference share above half", edit(("spec.tuning.referenceShare", 0.9)),
      "spec.tuning.referenceShare"),
+    ("network peer with an ipBlock and a selector",
+     edit(("spec.network.allowFrom", [{"ipBlock": {"cidr": "10.0.0.0/8"},
+                                       "podSelector": {"matchLabels": {"app": "client"}}}])),
+     "spec.network.allowFrom[]: set ipBlock, or podSelector"),
+    ("network peer cidr not a CIDR",
+     edit(("spec.network.allowFrom", [{"ipBlock": {"cidr": "10.0.0.300/8"}}])),
+     "spec.network.allowFrom[].ipBlock.cidr must be a CIDR"),
+    ("network peer selector operator unknown",
+     edit(("spec.network.allowFrom", [{"namespaceSelector": {"matchExpressions": [
+         {"key": "team", "operator": "Like"}]}}])),
+     "spec.network.allowFrom[0].namespaceSelector.matchExpressions[0].operator"),
     ("name too long", edit(("metadata.name", "a" * 41)), "metadata.name"),
     ("name not a DNS-1035 label", edit(("metadata.name", "9lives")), "metadata.name"),
     ("unknown field", edit(("spec.drafter.kk", 3)), "spec.drafter.kk"),
@@ -322,7 +333,13 @@ def test_valid_quantities_labels_and_tolerations_are_accepted(api, cluster_names
                     "effect": "NoSchedule"}]),
                ("spec.verification.groups", {"code": {"mode": "plain"},
                                              "chat": {"k": 3, "maxVerify": 3}}),
-               ("spec.tuning.pinnedGroups", ["code"]))(copy.deepcopy(BASE))
+               ("spec.tuning.pinnedGroups", ["code"]),
+               ("spec.network.allowFrom", [
+                   {"namespaceSelector": {"matchLabels": {"team": "search"}},
+                    "podSelector": {"matchExpressions": [{"key": "app", "operator": "In",
+                                                          "values": ["api"]}]}},
+                   {"ipBlock": {"cidr": "10.8.0.0/16", "except": ["10.8.1.0/24"]}}]))(
+        copy.deepcopy(BASE))
     created = create(api, cluster_namespace, obj, dry_run=True)
     assert created["spec"]["worker"]["tolerations"][0]["tolerationSeconds"] == 60
     assert created["spec"]["tuning"]["referenceShare"] == 0.05  # a schema default

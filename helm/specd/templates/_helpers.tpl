@@ -93,6 +93,10 @@ seccompProfile:
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [get, list, watch, create, patch]
+# The workers' NetworkPolicy, server-side applied (never read back).
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, patch]
 # Lossless probes: find one Ready pod per track (read only).
 - apiGroups: [""]
   resources: [pods]
