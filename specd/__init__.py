@@ -2,7 +2,8 @@
 
 Import names: ``specd.api`` (contracts), ``specd.worker`` (engine and server),
 ``specd.operator`` (kopf operator), ``specd.dashboard`` (Streamlit app). The CLI lives in
-``specd.cli``; the local test cluster tooling in ``specd.cluster``.
+``specd.cli``. The local test cluster and the test helpers are development tooling outside
+this package (``tools/``, import name ``specd_dev``).
 """
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 # Real local Kubernetes cluster and Prometheus fixtures (see that module's docstring).
-pytest_plugins = ["specd.cluster.pytest_plugin"]
+pytest_plugins = ["specd_dev.cluster.pytest_plugin"]
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +51,7 @@ def _pg_bin() -> Path:
 def postgres() -> Iterator[str]:
     """A throwaway PostgreSQL on 127.0.0.1 (as the postgres user when run as root), one per
     test module: its SQLAlchemy URL."""
-    from specd.cluster import processes
+    from specd_dev.cluster import processes
 
     bin_dir, port = _pg_bin(), processes.free_ports(1)[0]
     # its own directory: pytest's are private to the user running the tests
@@ -122,7 +122,7 @@ def checkov() -> Callable[..., list[dict]]:
 @pytest.fixture(scope="session")
 def helm_bin() -> Path:
     """The helm binary of the local cluster's cache (``specd cluster build``)."""
-    from specd.cluster import build
+    from specd_dev.cluster import build
 
     helm = build.bin_dir() / "helm"
     if not helm.exists():  # `make test` builds it first; `make test-unit` may run before

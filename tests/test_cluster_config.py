@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from specd.cluster import build, control_plane, pki, versions
+from specd_dev.cluster import build, control_plane, pki, versions
 
 UPSTREAM_GO_MOD = """module k8s.io/kubernetes
 

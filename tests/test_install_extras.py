@@ -69,9 +69,8 @@ def extra_of(path: Path) -> str:
         return "base"
     if rel.startswith("specd/kubectl/"):
         return "operator"  # kubectl specd reads the cluster and the history store
-    if rel.startswith("specd/cluster/") or rel in ("operator/testing.py", "operator/bench.py"):
-        return "dev"  # the local test cluster and the test helpers (issue 23: move out)
-    return {"worker": "worker", "operator": "operator", "dashboard": "dashboard"}[
+    return {"worker": "worker", "operator": "operator", "dashboard": "dashboard",
+            "pilot": "pilot"}[
         rel.split("/", 1)[0]]
 
 
@@ -95,7 +94,7 @@ def imports(path: Path) -> list[tuple[str, bool]]:
 
 
 def sources() -> list[Path]:
-    return sorted(p for folder in ("api", "specd", "worker", "operator", "dashboard")
+    return sorted(p for folder in ("api", "specd", "worker", "operator", "dashboard", "pilot")
                   for p in (ROOT / folder).rglob("*.py"))
 
 
@@ -105,7 +104,7 @@ def test_every_import_is_declared_in_its_extra() -> None:
         rel = path.relative_to(ROOT).as_posix()
         for module, in_function in imports(path):
             top = module.split(".")[0]
-            if top in sys.stdlib_module_names or top in ("specd", "__future__"):
+            if top in sys.stdlib_module_names or top in ("specd", "specd_dev", "__future__"):
                 continue
             extra = extra_of(path)
             if rel.startswith("specd/commands/") and in_function:
@@ -165,3 +164,17 @@ def test_pip_resolves_the_operator_extra_without_torch(tmp_path: Path) -> None:
     assert {"kopf", "kubernetes", "sqlalchemy", "alembic", "specd"} <= names
     assert not names & {"torch", "transformers", "streamlit", "triton"}, sorted(names)
     assert not any(n.startswith("nvidia-") for n in names), sorted(names)
+
+
+def test_nothing_shipped_imports_the_dev_tools() -> None:
+    """The local cluster and the test helpers (tools/, ``specd_dev``) are not in the package:
+    only ``specd cluster``'s run may reach for them (and says how to install them)."""
+    problems = [f"{path.relative_to(ROOT)}: imports {module}"
+                for path in sources() for module, in_function in imports(path)
+                if module.split(".")[0] == "specd_dev"
+                and not (path == ROOT / "specd" / "commands" / "cluster.py" and in_function)]
+    assert not problems, "\n".join(problems)
+    setup = (ROOT / "setup.py").read_text()
+    assert "tools" not in setup.split("ROOTS = {", 1)[1].split("}", 1)[0]
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    assert "*" in dockerignore and "!tools/" not in dockerignore  # no image gets it

@@ -10,7 +10,7 @@ import yaml
 
 from specd.pilot.config import PilotError, load_pilot, parse_pilot
 from specd.pilot.runner import PilotRun, run_pilot
-from specd.pilot.testing import FakeWorker
+from specd_dev.fake_worker import FakeWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {

@@ -13,8 +13,8 @@ from specd.pilot.load import run_schedule
 from specd.pilot.prompts import load_prompts
 from specd.pilot.report import build_report, summarize
 from specd.pilot.runner import run_pilot
-from specd.pilot.testing import FakeWorker
 from specd.pilot.traces import Arrival
+from specd_dev.fake_worker import FakeWorker
 
 
 def doc(urls, **over):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specd.cluster.runner import admission, discovery, proxy, rules, status, volumes
 from specd.operator import manifests
+from specd_dev.cluster.runner import admission, discovery, proxy, rules, status, volumes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_the_operators_worker_pods_are_runner_pods() -> None:
 def test_kwoks_stage_selector_is_the_same_rule() -> None:
     """The stage file carries rules.KWOK_SKIP_KEY on every pod stage; jq (the language gojq
     implements for kwok) gives the same verdict as the runner on every sample."""
-    stages = list(yaml.safe_load_all(resources.files("specd.cluster").joinpath(
+    stages = list(yaml.safe_load_all(resources.files("specd_dev.cluster").joinpath(
         "stages/kwok-stages.yaml").read_text()))
     pod_stages = [s for s in stages if s and s["spec"]["resourceRef"]["kind"] == "Pod"]
     assert len(pod_stages) == 3

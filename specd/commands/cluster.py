@@ -1,4 +1,5 @@
-"""``specd cluster``: build, start and stop the local Kubernetes control plane.
+"""``specd cluster``: build, start and stop the local Kubernetes control plane (development
+tooling: the code is ``specd_dev.cluster`` in ``tools/``, installed from a checkout only).
 
 ``build`` compiles etcd, the Kubernetes components, kwok and helm once into the cache;
 ``up`` starts a cluster on 127.0.0.1 with fake GPU nodes (building first if needed, and
@@ -44,8 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specd.cluster import build, control_plane
-    from specd.cluster.runner import state as runner_state
+    try:
+        from specd_dev.cluster import build, control_plane
+        from specd_dev.cluster.runner import state as runner_state
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == "specd_dev":
+            raise SpecdError("'specd cluster' is development tooling, not part of the specd "
+                             "package: from a checkout, pip install -e tools/ (make setup "
+                             "does)") from exc
+        raise
 
     if args.nodes < 1 or args.gpus_per_node < 0 or args.timeout <= 0:
         raise SpecdError("--nodes must be >= 1, --gpus-per-node >= 0 and --timeout > 0")
@@ -102,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_pods(published: object) -> None:
-    from specd.cluster.runner.state import RunnerState, rss_bytes
+    from specd_dev.cluster.runner.state import RunnerState, rss_bytes
 
     if not isinstance(published, RunnerState):
         return

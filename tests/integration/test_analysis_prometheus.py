@@ -13,10 +13,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from specd.api.spec import AnalysisSpec
-from specd.cluster import processes
-from specd.cluster.handle import wait_for
 from specd.operator.analysis.provider import PrometheusProvider
 from specd.operator.analysis.run import run
+from specd_dev.cluster import processes
+from specd_dev.cluster.handle import wait_for
 
 pytestmark = pytest.mark.prometheus
 

@@ -21,9 +21,9 @@ import pytest
 from kubernetes import client
 
 from specd.api import k8s
-from specd.cluster.handle import wait_for
 from specd.operator.history.store import HistoryStore
-from specd.operator.testing import Traffic, operator_for_namespace
+from specd_dev.cluster.handle import wait_for
+from specd_dev.testing import Traffic, operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 

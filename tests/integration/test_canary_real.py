@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from specd.cluster.handle import wait_for
 from specd.operator.rollout import controls
-from specd.operator.testing import (
+from specd_dev.cluster.handle import wait_for
+from specd_dev.testing import (
     SVC_READY_S,
     Svc,
     Traffic,

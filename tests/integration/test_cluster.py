@@ -15,8 +15,8 @@ from kubernetes.client.rest import ApiException
 
 from specd import SpecdError
 from specd.cli import main as specd_main
-from specd.cluster import control_plane, processes, versions
-from specd.cluster.handle import wait_for
+from specd_dev.cluster import control_plane, processes, versions
+from specd_dev.cluster.handle import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from specd.api import k8s
-from specd.operator.testing import install_crd
+from specd_dev.testing import install_crd
 
 pytestmark = pytest.mark.cluster
 

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from specd.api import k8s
-from specd.cluster.handle import wait_for
+from specd_dev.cluster.handle import wait_for
 
 pytestmark = pytest.mark.cluster
 

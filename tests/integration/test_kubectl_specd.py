@@ -13,8 +13,8 @@ import yaml
 from kubernetes import client
 
 from specd.api import k8s
-from specd.cluster.handle import wait_for
-from specd.operator.testing import operator_for_namespace
+from specd_dev.cluster.handle import wait_for
+from specd_dev.testing import operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 

@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 from specd.api import k8s
 from specd.api.policy import POLICY_KEY, parse_policy
-from specd.cluster.handle import wait_for
-from specd.operator.testing import OperatorProcess, install_crd, operator_kubeconfig
+from specd_dev.cluster.handle import wait_for
+from specd_dev.testing import OperatorProcess, install_crd, operator_kubeconfig
 
 pytestmark = pytest.mark.cluster
 

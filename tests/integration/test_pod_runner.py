@@ -24,11 +24,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from specd.api import k8s
-from specd.cluster.handle import wait_for
-from specd.cluster.processes import is_alive
-from specd.cluster.runner import state as runner_state
 from specd.operator import manifests
-from specd.operator.testing import Traffic, operator_for_namespace
+from specd_dev.cluster.handle import wait_for
+from specd_dev.cluster.processes import is_alive
+from specd_dev.cluster.runner import state as runner_state
+from specd_dev.testing import Traffic, operator_for_namespace
 
 pytestmark = pytest.mark.cluster
 

@@ -7,9 +7,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from specd import SpecdError
-from specd.cluster import processes
-from specd.cluster.handle import wait_for
-from specd.cluster.prometheus import Prometheus, config_yaml, normalise_targets
+from specd_dev.cluster import processes
+from specd_dev.cluster.handle import wait_for
+from specd_dev.cluster.prometheus import Prometheus, config_yaml, normalise_targets
 
 pytestmark = pytest.mark.prometheus
 

@@ -36,9 +36,9 @@ import time
 import httpx
 import pytest
 
-from specd.cluster.handle import wait_for
 from specd.kubectl.cli import main as kubectl_specd
-from specd.operator.testing import Svc, Traffic, operator_for_namespace, prometheus_stopped
+from specd_dev.cluster.handle import wait_for
+from specd_dev.testing import Svc, Traffic, operator_for_namespace, prometheus_stopped
 
 pytestmark = pytest.mark.cluster
 

@@ -65,8 +65,8 @@ class LocalCluster:
     # ---- the pod runner, the Service proxy and Prometheus --------------------------------
 
     def runner_state(self) -> Any:
-        """What the pod runner publishes (``specd.cluster.runner.state.RunnerState``) or None."""
-        from specd.cluster.runner import state
+        """What the pod runner publishes (``specd_dev.cluster.runner.state.RunnerState``) or None."""
+        from specd_dev.cluster.runner import state
 
         return state.read(self.state_dir)
 
@@ -86,7 +86,7 @@ class LocalCluster:
     @property
     def pod_address_map(self) -> Path:
         """The runner's "podIP:port" -> loopback map (``specd operator --pod-address-map``)."""
-        from specd.cluster.runner.runner import ADDRESSES_FILE
+        from specd_dev.cluster.runner.runner import ADDRESSES_FILE
 
         return self.state_dir / "runner" / ADDRESSES_FILE
 
@@ -99,7 +99,7 @@ class LocalCluster:
         return f"http://127.0.0.1:{ports['prometheus']}"
 
     def pod_log(self, namespace: str, pod: str) -> str:
-        from specd.cluster.runner import state
+        from specd_dev.cluster.runner import state
 
         return state.pod_log(self.state_dir, namespace, pod).read_text(errors="replace")
 

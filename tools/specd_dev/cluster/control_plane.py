@@ -30,9 +30,9 @@ from pathlib import Path
 import yaml
 
 from specd import SpecdError
-from specd.cluster import build, pki, processes
-from specd.cluster.handle import LocalCluster
-from specd.cluster.processes import LOOPBACK, Started
+from specd_dev.cluster import build, pki, processes
+from specd_dev.cluster.handle import LocalCluster
+from specd_dev.cluster.processes import LOOPBACK, Started
 
 Progress = Callable[[str], None]
 
@@ -353,7 +353,7 @@ def _start_all(state_dir: Path, state: State, shape: NodeShape, deadline: float,
     kubeconfig.write_text(kubeconfig_yaml(keys, server, state.name))
     kubeconfig.chmod(0o600)
     stages = state_dir / "kwok-stages.yaml"
-    stages.write_text(resources.files("specd.cluster").joinpath(
+    stages.write_text(resources.files("specd_dev.cluster").joinpath(
         "stages/kwok-stages.yaml").read_text())
     ports, bins = state.ports, Path(state.bin_dir)
     plan = [
@@ -388,8 +388,8 @@ def addon_plan(state_dir: Path, ports: Ports) -> list[tuple[str, list[str]]]:
     pods) and the pod runner; writes their starting configuration."""
     import sys
 
-    from specd.cluster.prometheus import DEFAULT_BINARY, server_argv
-    from specd.cluster.runner import discovery, proxy
+    from specd_dev.cluster.prometheus import DEFAULT_BINARY, server_argv
+    from specd_dev.cluster.runner import discovery, proxy
 
     addons = state_dir / "addons"
     shutil.rmtree(addons, ignore_errors=True)
@@ -408,7 +408,7 @@ def addon_plan(state_dir: Path, ports: Ports) -> list[tuple[str, list[str]]]:
         ("proxy", proxy.argv(haproxy_cfg, pidfile)),
         ("prometheus", server_argv(DEFAULT_BINARY, prometheus_cfg, addons / "prometheus-data",
                                    ports.prometheus)),
-        ("pod-runner", [sys.executable, "-m", "specd.cluster.runner",
+        ("pod-runner", [sys.executable, "-m", "specd_dev.cluster.runner",
                         f"--state-dir={state_dir}", f"--kubeconfig={state_dir / 'kubeconfig'}",
                         f"--haproxy-config={haproxy_cfg}", f"--haproxy-pidfile={pidfile}",
                         f"--proxy-health-port={ports.proxy}", f"--targets-file={targets}",
@@ -473,7 +473,7 @@ def _kill_runner_orphans(state_dir: Path) -> None:
     import os
     import signal
 
-    from specd.cluster.runner import state as runner_state
+    from specd_dev.cluster.runner import state as runner_state
 
     published = runner_state.read(state_dir)
     left = [(p["pid"], p["start_ticks"]) for p in (published.pods if published else [])

@@ -1,6 +1,6 @@
 """A real Prometheus (Debian's ``/usr/bin/prometheus``) for tests and the demo.
 
-    from specd.cluster.prometheus import Prometheus
+    from specd_dev.cluster.prometheus import Prometheus
 
     with Prometheus({"worker": ["127.0.0.1:9400"]}, scrape_interval="1s") as prom:
         prom.wait_for_targets_up()
@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from specd import SpecdError
-from specd.cluster import processes
-from specd.cluster.processes import LOOPBACK, Started
+from specd_dev.cluster import processes
+from specd_dev.cluster.processes import LOOPBACK, Started
 
 DEFAULT_BINARY = "/usr/bin/prometheus"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}

@@ -2,7 +2,7 @@
 groups) sent to the same service three times, one after another on a running local cluster
 (``specd cluster up``: real workers, real Prometheus, the real operator)::
 
-    .venv/bin/python -m specd.operator.tuner.bench --json docs/bench/tuner-cpu-DATE.json
+    .venv/bin/python -m specd_dev.bench.tuner --json docs/bench/tuner-cpu-DATE.json
 
 - ``tuned``: the starting policy below, ``spec.tuning.enabled`` (only the mode may move);
 - ``fixed``: the same starting policy, no tuning;
@@ -39,10 +39,10 @@ from typing import Any
 
 import httpx
 
-from specd.cluster import control_plane
-from specd.cluster.handle import wait_for
-from specd.operator.testing import REPO, Svc, operator_for_namespace
 from specd.pilot.load import RequestResult, stream_chat
+from specd_dev.cluster import control_plane
+from specd_dev.cluster.handle import wait_for
+from specd_dev.testing import REPO, Svc, operator_for_namespace
 
 PROMPTS = {"chat": "Continue this: q7#Zp!x2&Lm9@vB4$kR1*tW8^yN3%cF6 ~ ",
            "code": "Write a story about a dragon."}
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
     result: dict[str, Any] = {
-        "command": "python -m specd.operator.tuner.bench " + " ".join(argv or []),
+        "command": "python -m specd_dev.bench.tuner " + " ".join(argv or []),
         "commit": commit, "machine": platform.platform(), "interval_s": args.interval,
         "phases": [p.__dict__ for p in phases], "max_tokens": args.max_tokens,
         "prompts": PROMPTS, "temperatures": TEMPERATURES, "variants": {}}

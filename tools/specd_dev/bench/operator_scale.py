@@ -2,7 +2,7 @@
 the operator's memory; with ``--canarying M``, M of them then sit mid-canary. Run against a
 running local cluster (``specd cluster up``)::
 
-    .venv/bin/python -m specd.operator.bench --services 50 --canarying 10 \\
+    .venv/bin/python -m specd_dev.bench.operator_scale --services 50 --canarying 10 \\
         --json docs/bench/operator-scale-cpu-DATE.json
 
 The operator runs as its least-privilege ServiceAccount, exactly as in the tests. Workers
@@ -38,8 +38,8 @@ from typing import Any
 from kubernetes import client
 
 from specd.api import k8s
-from specd.cluster import control_plane
-from specd.operator.testing import REPO, OperatorProcess, install_crd, operator_kubeconfig
+from specd_dev.cluster import control_plane
+from specd_dev.testing import REPO, OperatorProcess, install_crd, operator_kubeconfig
 
 CANARY_STEPS = [{"weight": 50, "pause": {}}]  # one step, paused until a promote
 MERGE = "application/merge-patch+json"

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specd.cluster import processes
-from specd.cluster.runner import rules, status, volumes
-from specd.cluster.runner.status import ContainerState, Terminated
+from specd_dev.cluster import processes
+from specd_dev.cluster.runner import rules, status, volumes
+from specd_dev.cluster.runner.status import ContainerState, Terminated
 
 if TYPE_CHECKING:
-    from specd.cluster.runner.runner import Runner
+    from specd_dev.cluster.runner.runner import Runner
 
-log = logging.getLogger("specd.cluster.runner")
+log = logging.getLogger("specd_dev.cluster.runner")
 
 # What the worker image would give every process (worker/Dockerfile's ENV lines that matter
 # off the image): unbuffered logs and no hub downloads.
@@ -47,7 +47,7 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # repository's folders copied in, drafter artifacts under worker/artifacts): here, the
 # source tree this runner runs from.
 IMAGE_SOURCE_DIR = "/opt/specd"
-SOURCE_TREE = Path(__file__).resolve().parents[3]
+SOURCE_TREE = Path(__file__).resolve().parents[4]
 VOLUME_SYNC_S = 1.0
 LOOP_S = 0.2
 

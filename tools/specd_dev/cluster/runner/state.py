@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specd import SpecdError
-from specd.cluster import processes
+from specd_dev.cluster import processes
 
 
 @dataclass(frozen=True)

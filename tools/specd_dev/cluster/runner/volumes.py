@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specd.cluster.runner.rules import PodSpecError, field_ref
+from specd_dev.cluster.runner.rules import PodSpecError, field_ref
 
 DATA = "..data"
 Files = dict[str, bytes]

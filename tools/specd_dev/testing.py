@@ -11,7 +11,7 @@
 - ``Traffic(url)``: a bounded closed loop of requests through a Service URL (a context
   manager), counting requests and failures.
 
-``cluster`` is a ``specd.cluster.handle.LocalCluster`` (see specd.cluster.pytest_plugin).
+``cluster`` is a ``specd_dev.cluster.handle.LocalCluster`` (see specd_dev.cluster.pytest_plugin).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from typing import Any
 import yaml
 
 from specd.api import k8s
-from specd.cluster.handle import wait_for
 from specd.operator import manifests
+from specd_dev.cluster.handle import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "speculativeservice.yaml"
 RBAC_FILE = REPO / "deploy" / "rbac.yaml"
 OPERATOR_NAMESPACE = "specd-system"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specd.cluster.runner.rules import entry_point, parse_quantity
+from specd_dev.cluster.runner.rules import entry_point, parse_quantity
 
 # The larger peak RSS measured for a `specd serve` worker with the operator's default engine
 # settings (16 slots x 2048 tokens): plain decoding 4.46 GiB, semi-ar 3.04 GiB

@@ -1,6 +1,6 @@
 """The pod runner: plays the kubelet for the fake nodes, for specd's own pods.
 
-``python -m specd.cluster.runner --state-dir DIR`` (started by ``specd cluster up``). Every
+``python -m specd_dev.cluster.runner --state-dir DIR`` (started by ``specd cluster up``). Every
 half second it lists the pods bound to the fake nodes, the ConfigMaps, Services and
 EndpointSlices; gives each runner pod (:func:`rules.is_runner_pod`) a :class:`PodWorker`
 thread; rewrites the HAProxy configuration when a Service's Ready endpoints change; rewrites
@@ -34,11 +34,11 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specd import SpecdError
-from specd.cluster import processes
-from specd.cluster.runner import admission, discovery, proxy, rules
-from specd.cluster.runner.pod_worker import PodWorker, now_rfc3339
+from specd_dev.cluster import processes
+from specd_dev.cluster.runner import admission, discovery, proxy, rules
+from specd_dev.cluster.runner.pod_worker import PodWorker, now_rfc3339
 
-log = logging.getLogger("specd.cluster.runner")
+log = logging.getLogger("specd_dev.cluster.runner")
 
 LOOP_S = 0.5
 ADDRESSES_FILE = "pod-addresses.json"  # in the runner's directory (see _write_addresses)
@@ -370,7 +370,7 @@ class Runner:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specd.cluster.runner")
+    parser = argparse.ArgumentParser(prog="python -m specd_dev.cluster.runner")
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--haproxy-config", type=Path, required=True)

@@ -1,8 +1,8 @@
 """pytest fixtures for a real local Kubernetes cluster and real Prometheus servers.
 
-Registered from tests/conftest.py (``pytest_plugins = ["specd.cluster.pytest_plugin"]``).
+Registered from tests/conftest.py (``pytest_plugins = ["specd_dev.cluster.pytest_plugin"]``).
 
-``cluster`` (session): a running :class:`~specd.cluster.handle.LocalCluster` — etcd,
+``cluster`` (session): a running :class:`~specd_dev.cluster.handle.LocalCluster` — etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1, with two fake
 nodes advertising cpu 32, memory 256Gi and ``nvidia.com/gpu: 8`` (kwok makes pods on them
 Running/Ready; deleted pods go away), plus the pod runner (specd's own pods -- a container
@@ -35,7 +35,7 @@ every second; every server it started is stopped (and its data removed) after th
         prom.wait_for_targets_up()
         prom.client().custom_query("up")                      # PrometheusConnect
 
-``wait_for(condition, what, timeout)`` (from ``specd.cluster.handle``) polls until truthy.
+``wait_for(condition, what, timeout)`` (from ``specd_dev.cluster.handle``) polls until truthy.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from typing import Any
 
 import pytest
 
-from specd.cluster.handle import LocalCluster
-from specd.cluster.prometheus import Prometheus
+from specd_dev.cluster.handle import LocalCluster
+from specd_dev.cluster.prometheus import Prometheus
 
 
 def _progress(line: str) -> None:
@@ -58,7 +58,7 @@ def _progress(line: str) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    from specd.cluster import control_plane
+    from specd_dev.cluster import control_plane
 
     state_dir = tmp_path_factory.mktemp("specd-cluster")
     handle = control_plane.up(state_dir, name="specd-test", timeout=180, progress=_progress)

@@ -3,7 +3,7 @@ this machine, and the Service proxy's added latency (direct to the pod vs throug
 alternating request by request so machine drift falls on both alike).
 
     specd cluster up
-    python -m specd.cluster.runner.bench [--requests 300] [--json out.json]
+    python -m specd_dev.cluster.runner.bench [--requests 300] [--json out.json]
 
 The worker is the operator's own pod template for a SpeculativeService with the engine's
 default settings (semi-ar drafter on the embedded model), created as a bare Pod with its
@@ -25,11 +25,11 @@ import httpx
 from kubernetes import client
 
 from specd.api.spec import ServiceSpec
-from specd.cluster import control_plane
-from specd.cluster.handle import wait_for
-from specd.cluster.runner import admission
-from specd.cluster.runner.runner import memory_available
 from specd.operator import manifests
+from specd_dev.cluster import control_plane
+from specd_dev.cluster.handle import wait_for
+from specd_dev.cluster.runner import admission
+from specd_dev.cluster.runner.runner import memory_available
 
 
 def peak_rss(pid: int) -> int:
