@@ -160,7 +160,9 @@ class Tuner:
 def _row(owner: dict[str, Any], group: str, decision: decide.Decision,
          before: dict[str, Any], after: dict[str, Any], applied: bool) -> Callable[[Any], Any]:
     meta = owner["metadata"]
-    evidence = {**decision.evidence, "state": asdict(decision.state)}
+    # "decision": the change in words (the evidence's "why" is what the window alone said)
+    evidence = {**decision.evidence, "decision": decision.reason,
+                "state": asdict(decision.state)}
 
     def write(store: Any) -> None:
         store.policy_change(namespace=meta["namespace"], service=meta["name"],

@@ -30,6 +30,7 @@ expected calibration error below 0.05, and accepted tokens per verified token do
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
@@ -176,7 +177,8 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
         rows = db.execute("select task_group, reason, applied, evidence from policy_changes "
                           "where service = 'tuned'").fetchall()
     assert ("code", "plain", 1) in [r[:3] for r in rows], rows
-    assert "plain_goodput" in next(r[3] for r in rows if r[0] == "code")
+    evidence = json.loads(next(r[3] for r in rows if r[0] == "code" and r[1] == "plain"))
+    assert evidence["plain_goodput"] > 0 and "below true plain" in evidence["decision"], evidence
     svc.delete()
 
 

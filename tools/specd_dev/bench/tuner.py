@@ -147,8 +147,8 @@ def tuner_changes(history_url: str, service: str) -> list[dict[str, Any]]:
         rows = db.execute("select at, task_group, reason, evidence from policy_changes where "
                           "service = ? and applied = 1 order by at", (service,)).fetchall()
     return [{"at": at, "group": group, "action": action,
-             "why": (json.loads(evidence) or {}).get("why")} for at, group, action, evidence
-            in rows]
+             "why": (json.loads(evidence) or {}).get("decision")
+             or (json.loads(evidence) or {}).get("why")} for at, group, action, evidence in rows]
 
 
 def run_variant(cluster: Any, namespace: str, operator: Any, variant: str,
