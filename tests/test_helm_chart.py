@@ -286,6 +286,9 @@ def test_operator_deployment_defaults(template) -> None:
     assert not security["allowPrivilegeEscalation"]
     assert pod["securityContext"]["runAsUser"] == 10001
     assert pod["serviceAccountName"] == "r-specd-operator"
+    env = {e["name"]: e for e in container["env"]}  # its namespace: the workers' NetworkPolicy
+    assert env["SPECD_OPERATOR_NAMESPACE"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.namespace"}}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["history"]["persistentVolumeClaim"] == {"claimName": "r-specd-operator-history"}
     assert "emptyDir" in volumes["tmp"]

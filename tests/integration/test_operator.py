@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from specd.api import k8s
 from specd.api.policy import POLICY_KEY, parse_policy
+from specd.operator import manifests
 from specd_dev.cluster.handle import wait_for
 from specd_dev.testing import OperatorProcess, install_crd, operator_kubeconfig
 
@@ -134,6 +135,8 @@ def test_operator_identity_is_least_privilege(cluster, op_kubeconfig) -> None:
     assert can("patch", "deployments.apps", "-A")
     assert can("patch", f"{k8s.PLURAL}.{k8s.GROUP}", "--subresource=status", "-A")
     assert can("list", "pods", "-A")  # the lossless probes read pods, nothing more
+    assert can("patch", "networkpolicies.networking.k8s.io", "-A")  # the workers' own
+    assert not can("delete", "networkpolicies.networking.k8s.io", "-A")
     for forbidden in (("get", "secrets", "-A"), ("delete", "deployments.apps", "-A"),
                       ("create", "pods", "-A"), ("patch", "pods", "-A"),
                       ("create", "pods", "--subresource=exec", "-A"),
@@ -159,7 +162,11 @@ def test_sample_becomes_ready_on_fake_gpu_nodes(cluster, cluster_namespace, oper
     (dep,) = api.deployments(name)
     (cm,) = api.configmaps(name)
     (svc,) = api.services(name)
-    for child in (dep, cm, svc):
+    netpol = client.NetworkingV1Api(cluster.api_client()).read_namespaced_network_policy(
+        f"{name}-workers", cluster_namespace)
+    assert netpol.spec.pod_selector.match_labels == manifests.selector_labels(name)
+    assert [(p.port, p.protocol) for p in netpol.spec.ingress[0].ports] == [("http", "TCP")]
+    for child in (dep, cm, svc, netpol):
         (ref,) = child.metadata.owner_references
         assert (ref.kind, ref.name, ref.uid, ref.controller) == \
             (k8s.KIND, name, obj["metadata"]["uid"], True)
