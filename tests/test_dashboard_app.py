@@ -1,0 +1,66 @@
+"""The dashboard app itself (Streamlit's AppTest runs dashboard/app.py as a browser would
+ask for it): with the Kubernetes API and Prometheus out of reach, the page still draws, says
+what is missing in banners and shows no fake figures; bad settings are refused by
+``specd dashboard`` in one line."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from specd.cli import main as specd_main
+
+APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on return: connections are refused
+
+
+def kubeconfig_to(tmp_path: Path, port: int) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return path
+
+
+def test_nothing_reachable_still_draws_with_banners(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_to(tmp_path, closed_port())))
+    monkeypatch.delenv("SPECD_PROMETHEUS_URL", raising=False)
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert at.title[0].value == "Fleet"
+    assert any("Kubernetes: the Kubernetes API is unreachable" in e.value for e in at.error)
+    assert any("no Prometheus configured" in w.value for w in at.warning)
+    assert not at.dataframe and not at.button  # no rows, and never a control
+
+
+def test_filters_come_from_the_url(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_to(tmp_path, closed_port())))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["attention"] = "1"
+    at.query_params["q"] = "chat"
+    at.run()
+    assert at.toggle(key="attention").value is True
+    assert at.text_input(key="q").value == "chat"
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"SPECD_DASHBOARD_CONTROLS": "yes"}, "SPECD_DASHBOARD_CONTROLS must be enabled or disabled"),
+    ({"SPECD_PROMETHEUS_URL": "prometheus:9090"}, "must be an http(s) URL"),
+])
+def test_bad_settings_are_refused_in_one_line(monkeypatch, capsys, env, says) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert specd_main(["dashboard", "--port", "8599"]) == 2
+    assert says in capsys.readouterr().err
