@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -37,7 +36,7 @@ from specd.operator.analysis.run import run as run_analysis
 from specd.operator.analysis.run import window as analysis_window
 from specd.operator.history import store as history_store
 from specd.operator.history.recorder import Recorder, tick_writes
-from specd.operator.kube import Kube, TransientError, classify
+from specd.operator.kube import Kube, TransientError, classify, make_api_client
 from specd.operator.manifests import desired_children, revision
 from specd.operator.rollout import children
 from specd.operator.rollout.canary import Config as CanaryConfig
@@ -388,19 +387,6 @@ def _owner_from(body: Any) -> dict[str, Any]:
         "status": body.get("status"),
     }
 
-
-def make_api_client(kubeconfig: str | None, pool: int) -> client.ApiClient:
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool
-    configuration.retries = 3  # urllib3 retries on connection errors
-    return client.ApiClient(configuration)
 
 
 def open_history(cfg: OperatorConfig) -> Recorder | None:

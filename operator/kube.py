@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import urllib3
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specd.api import k8s
@@ -22,6 +22,22 @@ from specd.operator.status import ConfigError
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
+
+
+def make_api_client(kubeconfig: str | None, pool: int = 10) -> client.ApiClient:
+    """A client from ``kubeconfig``, else in-cluster, else ~/.kube/config (the operator and
+    the dashboard both)."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool
+    configuration.retries = 3  # urllib3 retries on connection errors
+    return client.ApiClient(configuration)
 
 
 class TransientError(Exception):

@@ -17,17 +17,9 @@ class SourceError(Exception):
 
 
 def api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
+    from specd.operator.kube import make_api_client
 
-    configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return make_api_client(kubeconfig)
 
 
 def list_services(api: Any, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
