@@ -7,6 +7,7 @@ authorised users when ``SPECD_DASHBOARD_CONTROLS=enabled``).
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -14,8 +15,8 @@ import streamlit as st
 
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import sources
-from specd.dashboard.data.live import Live, read_fleet
-from specd.dashboard.pages import fleet
+from specd.dashboard.data.live import Live, read_fleet, read_service
+from specd.dashboard.pages import fleet, service
 
 
 @st.cache_resource
@@ -55,9 +56,22 @@ def fleet_page() -> None:
     tiles()
 
 
+def service_page() -> None:
+    cfg = config()
+    try:
+        objects, error = sources.list_services(kube(cfg.kubeconfig), cfg.namespaces), None
+    except sources.SourceError as exc:
+        objects, error = [], str(exc)
+    provider = prometheus(cfg.prometheus_url)
+    service.render(objects, lambda ns, name, frame: read_service(provider, ns, name, frame,
+                                                                 time.time()),
+                   kube_error=error)
+
+
 def main() -> None:
     st.set_page_config(page_title="specd", layout="wide")
-    st.navigation([st.Page(fleet_page, title="Fleet", url_path="fleet", default=True)]).run()
+    st.navigation([st.Page(fleet_page, title="Fleet", url_path="fleet", default=True),
+                   st.Page(service_page, title="Service", url_path="service")]).run()
 
 
 main()

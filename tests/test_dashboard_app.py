@@ -64,3 +64,42 @@ def test_bad_settings_are_refused_in_one_line(monkeypatch, capsys, env, says) ->
         monkeypatch.setenv(name, value)
     assert specd_main(["dashboard", "--port", "8599"]) == 2
     assert says in capsys.readouterr().err
+
+
+SERVICE_PAGE = '''
+from specd.dashboard.data.live import ServiceLive
+from specd.dashboard.pages import service
+
+objects = [{"metadata": {"namespace": "team-a", "name": name}} for name in ("chat", "code")]
+
+
+def read(namespace, name, frame):
+    live = ServiceLive(queries=9)
+    if name == "chat":
+        live.series["tau"] = {("stable",): [(1.0e9, 2.0), (1.0e9 + 60, 2.5)],
+                              ("canary",): [(1.0e9, 1.5)]}
+        live.position_acceptance = {("stable", "1"): 0.8, ("stable", "2"): 0.5}
+        live.verify_length = {"stable": {"1": 3.0, "2": 7.0}}
+        live.phase_shares = {"stable": {"draft": 0.1, "verify": 0.9}}
+    else:
+        live.errors.append("tau: Prometheus refused the query: bad_data")
+    return live
+
+
+service.render(objects, read)
+'''
+
+
+def test_the_service_page_draws_what_it_has_and_says_no_data_for_the_rest() -> None:
+    at = AppTest.from_string(SERVICE_PAGE, default_timeout=60)
+    at.query_params["ns"], at.query_params["name"] = "team-a", "chat"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="service").value == "team-a/chat"
+    infos = [i.value for i in at.info]
+    # tau, the positions, verify length and phases have data; five series do not
+    assert infos.count("no data in this window") == 5, infos
+    assert at.dataframe  # the phase shares
+    at.selectbox(key="service").select("team-a/code").run()
+    assert any("bad_data" in w.value for w in at.warning)
+    assert [i.value for i in at.info].count("no data in this window") == 9

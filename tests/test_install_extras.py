@@ -35,7 +35,7 @@ DISTRIBUTION = {
     "uvicorn": "uvicorn", "prometheus_client": "prometheus-client",
     "kopf": "kopf", "kubernetes": "kubernetes", "prometheus_api_client": "prometheus-api-client",
     "requests": "requests", "urllib3": "urllib3", "sqlalchemy": "sqlalchemy", "alembic": "alembic",
-    "psycopg": "psycopg", "streamlit": "streamlit",
+    "psycopg": "psycopg", "streamlit": "streamlit", "pandas": "pandas",
     "cryptography": "cryptography", "psutil": "psutil", "pytest": "pytest",
 }
 # what the worker never needs and the operator and dashboard must never import

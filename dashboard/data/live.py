@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specd.dashboard.data import service_queries as sq
 from specd.dashboard.data.fleet_queries import Key, by_service, fleet_queries
 from specd.operator.analysis.provider import MetricProvider, ProviderError
 
@@ -32,3 +33,53 @@ def read_fleet(provider: MetricProvider | None, window: str = "5m",
         except ProviderError as exc:
             live.errors.append(f"{figure}: {exc}")
     return live
+
+
+@dataclass
+class ServiceLive:
+    series: dict[str, sq.Series] = field(default_factory=dict)  # figure -> key -> points
+    position_acceptance: dict[tuple[str, ...], float] = field(default_factory=dict)
+    verify_length: dict[str, dict[str, float]] = field(default_factory=dict)
+    phase_shares: dict[str, dict[str, float]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    queries: int = 0
+
+
+SERIES_KEYS = {"ttft_p95": ("track", "task_group"), "tpot_p95": ("track", "task_group")}
+
+
+def read_service(provider: MetricProvider | None, namespace: str, service: str,
+                 frame: sq.Frame, now: float) -> ServiceLive:
+    """The service page's figures over ``frame`` ending ``now``; what could not be read is
+    missing, with a line in ``errors``."""
+    out = ServiceLive()
+    if provider is None:
+        out.errors.append("no Prometheus configured (--prometheus-url): live figures off")
+        return out
+    matrix = getattr(provider, "matrix", None)
+    for figure, promql in sq.series_queries(namespace, service, frame).items():
+        if matrix is None:
+            out.errors.append(f"{figure}: this metric provider has no range queries")
+            continue
+        out.queries += 1
+        try:
+            out.series[figure] = sq.split(matrix(promql, now - frame.seconds, now, frame.step),
+                                          SERIES_KEYS.get(figure, ("track",)))
+        except ProviderError as exc:
+            out.errors.append(f"{figure}: {exc}")
+    snapshots = sq.snapshot_queries(namespace, service, frame)
+    readers = {
+        "position_acceptance": lambda v: setattr(out, "position_acceptance",
+                                                 sq.keyed(v, ("track", "position"))),
+        "verify_length": lambda v: setattr(out, "verify_length",
+                                           sq.verify_length_counts(sq.keyed(v, ("track", "le")))),
+        "phase_seconds": lambda v: setattr(out, "phase_shares",
+                                           sq.phase_shares(sq.keyed(v, ("track", "phase")))),
+    }
+    for figure, promql in snapshots.items():
+        out.queries += 1
+        try:
+            readers[figure](provider.vector(promql))
+        except ProviderError as exc:
+            out.errors.append(f"{figure}: {exc}")
+    return out

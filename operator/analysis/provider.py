@@ -8,6 +8,7 @@ server's own message; the analysis records it as an Error, never as a value.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 
@@ -31,12 +32,18 @@ class PrometheusProvider:
         self.client = PrometheusConnect(url=url, disable_ssl=True)
         self.timeout_s = timeout_s
 
-    def _query(self, promql: str) -> list[dict[str, Any]]:
+    def _query(self, promql: str, over: tuple[float, float, float] | None = None
+               ) -> list[dict[str, Any]]:
         import requests
         from prometheus_api_client import PrometheusApiClientException
 
         try:
-            return list(self.client.custom_query(promql, timeout=self.timeout_s))
+            if over is None:
+                return list(self.client.custom_query(promql, timeout=self.timeout_s))
+            start, end, step = over
+            return list(self.client.custom_query_range(
+                promql, datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC),
+                f"{step:g}s", timeout=self.timeout_s))
         except PrometheusApiClientException as exc:
             raise ProviderError(f"Prometheus refused the query: {exc}") from exc
         except requests.RequestException as exc:
@@ -46,6 +53,13 @@ class PrometheusProvider:
     def vector(self, promql: str) -> list[tuple[dict[str, str], float]]:
         return [(dict(item.get("metric", {})), float(item["value"][1]))
                 for item in self._query(promql)]
+
+    def matrix(self, promql: str, start: float, end: float, step: float
+               ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """A range query: each series' labels and its (epoch seconds, value) points."""
+        return [(dict(item.get("metric", {})),
+                 [(float(t), float(v)) for t, v in item.get("values", [])])
+                for item in self._query(promql, (start, end, step))]
 
     def value(self, promql: str) -> float | None:
         series = self.vector(promql)
