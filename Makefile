@@ -49,7 +49,7 @@ cluster-build: venv
 
 lint: venv
 	$(BIN)/ruff check api specd worker operator dashboard pilot tools tests
-	$(BIN)/mypy api
+	$(BIN)/mypy api dashboard
 
 # The main job on the embedded default: every scheme side by side on the same prompts
 # (plain, Scheme A, Scheme B fixed and scheduled, the classic draft model), one run.

@@ -1,22 +1,24 @@
 """The dashboard's Streamlit entry point (``specd dashboard`` runs it): reads its settings,
 caches its clients, and draws the pages.
 
-Read-only: no page has a control yet (controls come with the rollout page, and only for
-authorised users when ``SPECD_DASHBOARD_CONTROLS=enabled``).
+Read-only by default: the rollout page shows controls only with
+``SPECD_DASHBOARD_CONTROLS=enabled``, and then only to a signed-in user on the allow list.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import streamlit as st
 
+from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import sources
 from specd.dashboard.data.live import Live, read_fleet, read_service
-from specd.dashboard.pages import fleet, service
+from specd.dashboard.pages import fleet, rollout, service
 
 
 @st.cache_resource
@@ -68,10 +70,74 @@ def service_page() -> None:
                    kube_error=error)
 
 
+def signed_in(cfg: DashboardConfig) -> auth.User | None:
+    """The user acting, when controls are on: OIDC (``st.login``) or a configured token."""
+    if not cfg.controls:
+        return None
+    if cfg.oidc:
+        if getattr(st.user, "is_logged_in", False):
+            st.sidebar.caption(f"signed in as {st.user.get('email')}")
+            if st.sidebar.button("Sign out", key="logout"):
+                st.logout()
+            return auth.User(str(st.user.get("email")), "oidc")
+        if st.sidebar.button("Sign in", key="login"):
+            st.login()
+    if cfg.tokens:
+        presented = st.sidebar.text_input("access token", type="password", key="token")
+        user = auth.token_user(cfg, presented)
+        if presented and user is None:
+            st.sidebar.error("unknown token")
+        return user
+    return None
+
+
+def send_control(cfg: DashboardConfig) -> rollout.Act:
+    def act(namespace: str, name: str, action: str, actor: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from specd.operator.rollout import controls
+
+        try:
+            controls.apply(client.CustomObjectsApi(kube(cfg.kubeconfig)), namespace, name,
+                           action, actor, field_manager="specd-dashboard")  # type: ignore[arg-type]
+        except ApiException as exc:
+            if exc.status == 403:
+                raise rollout.ControlError("permission denied (the dashboard's RBAC has no "
+                                           "patch on speculativeservices)") from exc
+            raise rollout.ControlError(f"the API answered {exc.status}: {exc.reason}") from exc
+    return act
+
+
+def rollout_history(cfg: DashboardConfig) -> Callable[[str, str], tuple[list[Any], str | None]]:
+    def read(namespace: str, name: str) -> tuple[list[Any], str | None]:
+        if not cfg.history_url:
+            return [], "no history store configured (--history-url)"
+        from specd.operator.history import read as history_read
+
+        try:
+            return history_read.rollouts(cfg.history_url, namespace, name, limit=20)[0], None
+        except (history_read.NotAURL, history_read.Unreadable) as exc:
+            return [], str(exc)
+    return read
+
+
+def rollout_page() -> None:
+    cfg = config()
+    user = signed_in(cfg)
+    try:
+        objects, error = sources.list_services(kube(cfg.kubeconfig), cfg.namespaces), None
+    except sources.SourceError as exc:
+        objects, error = [], str(exc)
+    rollout.render(objects, cfg=cfg, user=user, act=send_control(cfg),
+                   history=rollout_history(cfg), kube_error=error)
+
+
 def main() -> None:
     st.set_page_config(page_title="specd", layout="wide")
     st.navigation([st.Page(fleet_page, title="Fleet", url_path="fleet", default=True),
-                   st.Page(service_page, title="Service", url_path="service")]).run()
+                   st.Page(service_page, title="Service", url_path="service"),
+                   st.Page(rollout_page, title="Rollout", url_path="rollout")]).run()
 
 
 main()

@@ -103,3 +103,26 @@ def test_the_service_page_draws_what_it_has_and_says_no_data_for_the_rest() -> N
     at.selectbox(key="service").select("team-a/code").run()
     assert any("bad_data" in w.value for w in at.warning)
     assert [i.value for i in at.info].count("no data in this window") == 9
+
+
+def test_oidc_settings_become_streamlits_auth_section(tmp_path) -> None:
+    import os
+    import stat
+    import tomllib
+
+    from specd import SpecdError
+    from specd.commands.dashboard import oidc_secrets, write_secrets
+
+    env = {"SPECD_OIDC_ISSUER_URL": "https://login.example.com/",
+           "SPECD_OIDC_CLIENT_ID": "specd", "SPECD_OIDC_CLIENT_SECRET": 'se"cr\\et',
+           "SPECD_OIDC_COOKIE_SECRET": "cookie", "SPECD_OIDC_REDIRECT_URI":
+           "https://specd.example.com/oauth2callback"}
+    path = write_secrets(oidc_secrets(env), str(tmp_path))
+    auth = tomllib.loads(Path(path).read_text())["auth"]
+    assert auth["client_secret"] == 'se"cr\\et'
+    assert auth["server_metadata_url"] == \
+        "https://login.example.com/.well-known/openid-configuration"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert oidc_secrets({}) is None
+    with pytest.raises(SpecdError, match="SPECD_OIDC_REDIRECT_URI is not set"):
+        oidc_secrets({k: v for k, v in env.items() if k != "SPECD_OIDC_REDIRECT_URI"})

@@ -205,6 +205,12 @@ def test_dashboard_controls_patch_speculativeservices_only(template) -> None:
     assert env["SPECD_DASHBOARD_CONTROLS"]["value"] == "enabled"
     assert env["SPECD_OIDC_CLIENT_SECRET"]["valueFrom"]["secretKeyRef"] == {
         "name": "specd-dashboard-oidc", "key": "clientSecret"}
+    # the settings `specd dashboard` needs to start with controls on
+    from specd.dashboard.config import DashboardConfig
+
+    cfg = DashboardConfig.from_env({k: v["value"] for k, v in env.items() if "value" in v})
+    assert cfg.controls and cfg.oidc
+    assert cfg.allowed_users == ("alice@example.com", "bob@example.com")
 
 
 # ---- values schema --------------------------------------------------------------------------

@@ -86,7 +86,7 @@ def attention(obj: Obj) -> list[str]:
     rollout = status.get("rollout") or {}
     reasons = []
     if status.get("phase") == "Degraded":
-        degraded = next((c for c in status.get("conditions") or []
+        degraded: Mapping[str, Any] = next((c for c in status.get("conditions") or []
                          if c.get("type") == "Degraded" and c.get("status") == "True"), {})
         reasons.append(f"Degraded: {degraded.get('message') or degraded.get('reason') or '?'}")
     if rollout.get("phase") == "RolledBack":

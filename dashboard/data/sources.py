@@ -31,12 +31,14 @@ def list_services(api: Any, namespaces: Sequence[str] = ()) -> list[dict[str, An
     custom = client.CustomObjectsApi(api)
     try:
         if not namespaces:
-            return list(custom.list_cluster_custom_object(
-                k8s.GROUP, k8s.VERSION, k8s.PLURAL, _request_timeout=10)["items"])
+            found: Any = custom.list_cluster_custom_object(
+                k8s.GROUP, k8s.VERSION, k8s.PLURAL, _request_timeout=10)
+            return list(found["items"])
         items: list[dict[str, Any]] = []
         for namespace in namespaces:
-            items += custom.list_namespaced_custom_object(
-                k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL, _request_timeout=10)["items"]
+            page: Any = custom.list_namespaced_custom_object(
+                k8s.GROUP, k8s.VERSION, namespace, k8s.PLURAL, _request_timeout=10)
+            items += page["items"]
         return items
     except ApiException as exc:
         if exc.status == 403:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from specd.api import k8s
@@ -49,6 +50,30 @@ def patch(action: Action, actor: str, request_id: str | None = None) -> dict[str
     return {"metadata": {"annotations": {ACTOR_ANNOTATION: actor,
                                          ACTION_ANNOTATION: f"{action} {rid}"}},
             "spec": {"rollout": rollout}}
+
+
+# Which controls make sense in which rollout phase (as the Argo Rollouts dashboard enables
+# them): promote and abort while a canary runs, pause while it progresses, resume once
+# paused, retry after a rollback or an abort.
+BY_PHASE: dict[str, tuple[Action, ...]] = {
+    "Progressing": ("promote", "promote-full", "pause", "abort"),
+    "Paused": ("promote", "promote-full", "resume", "abort"),
+    "Promoting": ("abort",),
+    "RolledBack": ("retry",),
+    "Healthy": (),
+}
+
+
+def available(obj: Mapping[str, Any]) -> tuple[Action, ...]:
+    """The controls that act on ``obj`` in its rollout's present state (none for a service
+    that does not roll out as a canary)."""
+    spec_rollout = (obj.get("spec") or {}).get("rollout") or {}
+    if spec_rollout.get("strategy") != "Canary":
+        return ()
+    rollout = (obj.get("status") or {}).get("rollout") or {}
+    if rollout.get("aborted") or spec_rollout.get("abort"):
+        return ("retry",)
+    return BY_PHASE.get(rollout.get("phase", "Healthy"), ())
 
 
 def apply(custom_api: Any, namespace: str, name: str, action: Action, actor: str,

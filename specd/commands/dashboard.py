@@ -45,6 +45,46 @@ def streamlit_argv(app: str, args: argparse.Namespace) -> list[str]:
             "--client.toolbarMode", "viewer"]
 
 
+OIDC_ENV = ("SPECD_OIDC_ISSUER_URL", "SPECD_OIDC_CLIENT_ID", "SPECD_OIDC_CLIENT_SECRET",
+            "SPECD_OIDC_COOKIE_SECRET", "SPECD_OIDC_REDIRECT_URI")
+
+
+def oidc_secrets(env: dict[str, str]) -> str | None:
+    """Streamlit's ``[auth]`` section for ``st.login`` from the chart's OIDC variables (None
+    without OIDC); a partial configuration is refused naming what is missing."""
+    if not env.get("SPECD_OIDC_CLIENT_ID"):
+        return None
+    missing = [name for name in OIDC_ENV if not env.get(name)]
+    if missing:
+        raise SpecdError(f"OIDC is configured but {', '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not set")
+
+    def quoted(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    issuer = env["SPECD_OIDC_ISSUER_URL"].rstrip("/")
+    return "\n".join([
+        "[auth]",
+        f"redirect_uri = {quoted(env['SPECD_OIDC_REDIRECT_URI'])}",
+        f"cookie_secret = {quoted(env['SPECD_OIDC_COOKIE_SECRET'])}",
+        f"client_id = {quoted(env['SPECD_OIDC_CLIENT_ID'])}",
+        f"client_secret = {quoted(env['SPECD_OIDC_CLIENT_SECRET'])}",
+        f"server_metadata_url = {quoted(issuer + '/.well-known/openid-configuration')}",
+        ""])
+
+
+def write_secrets(text: str, home: str) -> str:
+    """Streamlit reads ``$HOME/.streamlit/secrets.toml``; written owner-only (the pod's HOME
+    is its /tmp emptyDir)."""
+    folder = os.path.join(home, ".streamlit")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, "secrets.toml")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536 or args.refresh <= 0:
         raise SpecdError("--port must be 1-65535 and --refresh > 0")
@@ -61,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
     from specd.dashboard.config import DashboardConfig
 
     DashboardConfig.from_env(env)  # refuse bad settings here, in one line, not in the page
+    secrets = oidc_secrets(env)
+    if secrets is not None:
+        write_secrets(secrets, env.get("HOME") or os.path.expanduser("~"))
     import specd.dashboard
 
     app = os.path.join(os.path.dirname(specd.dashboard.__file__), "app.py")

@@ -229,43 +229,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def history_from_store(url: str, namespace: str, name: str, *, measurements: bool = False,
                        limit: int | None = None) -> int:
     """``kubectl specd history NAME --history-url URL``: 0, 2 (not a URL), 4 (unreadable)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
-
-    from specd.operator.history import store
+    from specd.operator.history import read, store
 
     try:
-        shown = store.masked_url(url)
-    except ArgumentError as exc:
-        print(f"error: --history-url is not a database URL: {exc}", file=sys.stderr)
+        rollouts, total = read.rollouts(url, namespace, name, measurements=measurements,
+                                        limit=limit)
+    except read.NotAURL as exc:
+        print(f"error: --history-url is {exc}", file=sys.stderr)
         return 2
-    parsed = make_url(url)
-    password = parsed.password
-
-    def fail(why: str) -> int:
-        why = why.replace(str(password), "***") if password else why
-        print(f"error: history store {shown} cannot be read: {why}", file=sys.stderr)
+    except read.Unreadable as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_API_ERROR
-
-    database = parsed.database or ""
-    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and \
-            not parsed.query.get("uri") and not os.path.isfile(database):
-        return fail("no such file (reading never creates one)")
-    try:
-        history = store.HistoryStore(url)
-    except (SQLAlchemyError, ImportError) as exc:  # e.g. an unknown dialect or no driver
-        return fail(str(exc).splitlines()[0])
-    try:
-        rollouts = history.rollouts(namespace, name, measurements=measurements, limit=limit)
-        total = history.rollout_count(namespace, name) if limit and len(rollouts) >= limit \
-            else len(rollouts)
-    except SQLAlchemyError as exc:
-        why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        if "no such table" in why or ("relation" in why and "does not exist" in why):
-            why += f" (not migrated: specd db upgrade {shown})"
-        return fail(why)
-    finally:
-        history.close()
+    shown = store.masked_url(url)
     if not rollouts:
         print(f"no rollouts of {namespace}/{name} in the history store {shown}")
         return 0
