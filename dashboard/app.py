@@ -18,7 +18,7 @@ from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import sources
 from specd.dashboard.data.live import Live, read_fleet, read_service
-from specd.dashboard.pages import fleet, rollout, service
+from specd.dashboard.pages import fleet, history, policy, rollout, service
 
 
 @st.cache_resource
@@ -37,11 +37,7 @@ def prometheus(url: str | None) -> Any:
 
 
 def fleet_data(cfg: DashboardConfig) -> tuple[list[dict[str, Any]], Live, str | None]:
-    error = None
-    try:
-        objects = sources.list_services(kube(cfg.kubeconfig), cfg.namespaces)
-    except sources.SourceError as exc:
-        objects, error = [], str(exc)
+    objects, error = services(cfg)
     return objects, read_fleet(prometheus(cfg.prometheus_url), cfg.window), error
 
 
@@ -60,10 +56,7 @@ def fleet_page() -> None:
 
 def service_page() -> None:
     cfg = config()
-    try:
-        objects, error = sources.list_services(kube(cfg.kubeconfig), cfg.namespaces), None
-    except sources.SourceError as exc:
-        objects, error = [], str(exc)
+    objects, error = services(cfg)
     provider = prometheus(cfg.prometheus_url)
     service.render(objects, lambda ns, name, frame: read_service(provider, ns, name, frame,
                                                                  time.time()),
@@ -109,35 +102,59 @@ def send_control(cfg: DashboardConfig) -> rollout.Act:
     return act
 
 
-def rollout_history(cfg: DashboardConfig) -> Callable[[str, str], tuple[list[Any], str | None]]:
+def from_store(cfg: DashboardConfig, what: str
+               ) -> Callable[[str, str], tuple[list[Any], str | None]]:
+    """A reader of the history store (``what``: rollouts or policy_changes) that turns a
+    missing or unreadable store into the page's banner line."""
     def read(namespace: str, name: str) -> tuple[list[Any], str | None]:
         if not cfg.history_url:
             return [], "no history store configured (--history-url)"
         from specd.operator.history import read as history_read
 
         try:
-            return history_read.rollouts(cfg.history_url, namespace, name, limit=20)[0], None
+            if what == "rollouts":
+                return history_read.rollouts(cfg.history_url, namespace, name, limit=50)[0], None
+            return history_read.policy_changes(cfg.history_url, namespace, name,
+                                               limit=100), None
         except (history_read.NotAURL, history_read.Unreadable) as exc:
             return [], str(exc)
     return read
 
 
+def services(cfg: DashboardConfig) -> tuple[list[dict[str, Any]], str | None]:
+    try:
+        return sources.list_services(kube(cfg.kubeconfig), cfg.namespaces), None
+    except sources.SourceError as exc:
+        return [], str(exc)
+
+
 def rollout_page() -> None:
     cfg = config()
     user = signed_in(cfg)
-    try:
-        objects, error = sources.list_services(kube(cfg.kubeconfig), cfg.namespaces), None
-    except sources.SourceError as exc:
-        objects, error = [], str(exc)
+    objects, error = services(cfg)
     rollout.render(objects, cfg=cfg, user=user, act=send_control(cfg),
-                   history=rollout_history(cfg), kube_error=error)
+                   history=from_store(cfg, "rollouts"), kube_error=error)
+
+
+def policy_page() -> None:
+    cfg = config()
+    objects, error = services(cfg)
+    policy.render(objects, changes=from_store(cfg, "policy_changes"), kube_error=error)
+
+
+def history_page() -> None:
+    cfg = config()
+    objects, error = services(cfg)
+    history.render(objects, history=from_store(cfg, "rollouts"), kube_error=error)
 
 
 def main() -> None:
     st.set_page_config(page_title="specd", layout="wide")
     st.navigation([st.Page(fleet_page, title="Fleet", url_path="fleet", default=True),
                    st.Page(service_page, title="Service", url_path="service"),
-                   st.Page(rollout_page, title="Rollout", url_path="rollout")]).run()
+                   st.Page(rollout_page, title="Rollout", url_path="rollout"),
+                   st.Page(policy_page, title="Policy", url_path="policy"),
+                   st.Page(history_page, title="History", url_path="history")]).run()
 
 
 main()

@@ -134,3 +134,25 @@ def test_controls_need_an_allow_list_and_a_way_to_sign_in() -> None:
                                     "SPECD_DASHBOARD_TOKENS": f"alice={'x' * 20}"})
     assert auth.token_user(cfg, "x" * 20) == auth.User("alice", "token")
     assert auth.token_user(cfg, "y" * 20) is None and auth.token_user(cfg, "") is None
+
+
+def test_policy_rows_per_track_and_group() -> None:
+    from specd.api.spec import parse_spec
+    from specd.dashboard.data import policy
+
+    obj = canary("Progressing")
+    obj["spec"].update({"model": {"reference": "smollm2-135m"},
+                        "drafter": {"method": "semi-ar", "k": 4},
+                        "verification": {"mode": "scheduled", "groups": {"code": {"mode":
+                                                                                  "plain"}}},
+                        "worker": {"image": "w:1"}})
+    obj["spec"]["rollout"]["policyChanges"] = "Canary"
+    stable = parse_spec({**obj["spec"], "verification": {"mode": "fixed"}}).policy()
+    obj["status"]["policy"] = stable.document()
+    tracks = policy.effective(obj)
+    by_group = {t: {row["task group"]: row for row in rows} for t, rows in tracks.items()}
+    assert by_group["stable"]["chat"]["mode"] == "fixed" and by_group["stable"]["chat"]["K"] == 4
+    # the canary runs the edited spec: scheduled, with code held plain
+    assert by_group["canary"]["chat"]["mode"] == "scheduled"
+    assert by_group["canary"]["code"] == {**by_group["canary"]["code"], "mode": "plain",
+                                          "K": "-", "overridden": "yes"}

@@ -250,3 +250,24 @@ def test_without_a_store_history_prints_events_and_points_at_the_store(capsys,
     monkeypatch.setenv("SPECD_HISTORY_URL", "none")  # the operator's "no store"
     assert cli.main(["history", "svc"]) == 0
     assert "RolloutStarted" in capsys.readouterr().out
+
+
+def test_policy_changes_read_newest_first_with_their_evidence(url: str) -> None:
+    from specd.operator.history import read
+
+    writer = store.HistoryStore(url)
+    store.upgrade(url)
+    for minute, (group, action) in enumerate((("code", "plain"), ("code", "speculate"),
+                                              ("chat", "recalibrate"))):
+        assert writer.policy_change(
+            namespace="ns", service="svc", uid="u", task_group=group,
+            at=T0 + timedelta(minutes=minute), reason=action, before={"mode": "fixed"},
+            after={"mode": action}, evidence={"decision": f"{group}: {action}"},
+            applied=action != "recalibrate")
+    writer.close()
+    found = read.policy_changes(url, "ns", "svc")
+    assert [(c.task_group, c.action, c.applied) for c in found] == [
+        ("chat", "recalibrate", False), ("code", "speculate", True), ("code", "plain", True)]
+    assert found[-1].evidence == {"decision": "code: plain"} and found[0].at.tzinfo is not None
+    assert read.policy_changes(url, "ns", "other") == []
+    assert len(read.policy_changes(url, "ns", "svc", limit=1)) == 1

@@ -1,4 +1,4 @@
-"""Reads of the history store for people: ``kubectl specd history`` today, the dashboard later.
+"""Reads of the history store for people: ``kubectl specd history`` and the dashboard.
 
 ``rollout_history(session, namespace, service)`` returns plain frozen dataclasses (no ORM
 objects escape the session), newest rollout first, each with its events in time order and,
@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from specd.operator.history.models import Measurement, Rollout, RolloutEvent
+from specd.operator.history.models import Measurement, PolicyChange, Rollout, RolloutEvent
 
 OPERATOR_ACTOR = "specd-operator"
 PROMOTIONS = ("StepPromoted", "Promoted")
@@ -138,3 +138,29 @@ def _measurement(m: Measurement) -> MeasurementRecord:
                              name=m.name, metric=m.metric, task_group=m.task_group,
                              canary=m.canary, stable=m.stable, value=m.value,
                              verdict=m.verdict, message=m.message)
+
+
+@dataclass(frozen=True)
+class PolicyChangeRecord:
+    at: datetime
+    task_group: str
+    action: str  # plain, speculate, shrink, grow, recalibrate
+    applied: bool  # False: recommended only (dry run)
+    before: dict
+    after: dict
+    evidence: dict
+
+
+def policy_changes(session: Session, namespace: str, service: str, *,
+                   limit: int | None = None) -> list[PolicyChangeRecord]:
+    """The tuner's changes to one service, newest first, with their evidence."""
+    query = (select(PolicyChange).where(PolicyChange.namespace == namespace,
+                                        PolicyChange.service == service)
+             .order_by(PolicyChange.at.desc(), PolicyChange.id.desc()))
+    if limit is not None:
+        query = query.limit(limit)
+    return [PolicyChangeRecord(at=_utc(row.at), task_group=row.task_group,  # type: ignore[arg-type]
+                               action=row.reason, applied=bool(row.applied),
+                               before=dict(row.before or {}), after=dict(row.after or {}),
+                               evidence=dict(row.evidence or {}))
+            for row in session.scalars(query).all()]

@@ -5,8 +5,10 @@ masked."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
-from specd.operator.history.queries import RolloutRecord
+from specd.operator.history.queries import PolicyChangeRecord, RolloutRecord
 
 
 class NotAURL(ValueError):
@@ -20,6 +22,21 @@ class Unreadable(Exception):
 def rollouts(url: str, namespace: str, name: str, *, measurements: bool = False,
              limit: int | None = None) -> tuple[list[RolloutRecord], int]:
     """The service's rollouts, newest first (at most ``limit``), and how many there are."""
+    def query(history: Any) -> tuple[list[RolloutRecord], int]:
+        found = history.rollouts(namespace, name, measurements=measurements, limit=limit)
+        total = history.rollout_count(namespace, name) if limit and len(found) >= limit \
+            else len(found)
+        return found, total
+    return _read(url, query)
+
+
+def policy_changes(url: str, namespace: str, name: str, *,
+                   limit: int | None = None) -> list[PolicyChangeRecord]:
+    """The tuner's changes to the service, newest first (at most ``limit``)."""
+    return _read(url, lambda history: history.policy_changes(namespace, name, limit=limit))
+
+
+def _read(url: str, query: Callable[[Any], Any]) -> Any:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -45,9 +62,7 @@ def rollouts(url: str, namespace: str, name: str, *, measurements: bool = False,
     except (SQLAlchemyError, ImportError) as exc:  # e.g. an unknown dialect or no driver
         raise fail(str(exc).splitlines()[0]) from exc
     try:
-        found = history.rollouts(namespace, name, measurements=measurements, limit=limit)
-        total = history.rollout_count(namespace, name) if limit and len(found) >= limit \
-            else len(found)
+        return query(history)
     except SQLAlchemyError as exc:
         why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
         if "no such table" in why or ("relation" in why and "does not exist" in why):
@@ -55,4 +70,3 @@ def rollouts(url: str, namespace: str, name: str, *, measurements: bool = False,
         raise fail(why) from exc
     finally:
         history.close()
-    return found, total

@@ -141,6 +141,12 @@ class HistoryStore:
             return queries.rollout_history(session, namespace, service,
                                            measurements=measurements, limit=limit)
 
+    def policy_changes(self, namespace: str, service: str, *,
+                       limit: int | None = None) -> list[queries.PolicyChangeRecord]:
+        """The tuner's changes, newest first, with their evidence (``queries``)."""
+        with self._session() as session:
+            return queries.policy_changes(session, namespace, service, limit=limit)
+
     def rollout_count(self, namespace: str, service: str) -> int:
         with self._session() as session:
             return queries.rollout_count(session, namespace, service)

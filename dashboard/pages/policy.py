@@ -1,0 +1,53 @@
+"""The policy page: what each task group runs on each track, the tuner's state per group,
+and its decisions with their evidence (from the history store)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import streamlit as st
+
+from specd.dashboard.data import policy as p
+
+
+def render(objects: Sequence[dict[str, Any]], *,
+           changes: Callable[[str, str], tuple[list[Any], str | None]],
+           kube_error: str | None = None) -> None:
+    from specd.dashboard.pages.service import choose
+
+    st.title("Policy")
+    if kube_error:
+        st.error(f"Kubernetes: {kube_error}")
+    chosen = choose(objects)
+    if chosen is None:
+        return
+    obj = next(o for o in objects if (o["metadata"]["namespace"], o["metadata"]["name"]) ==
+               chosen)
+    tracks = p.effective(obj)
+    if not tracks:
+        st.info("The operator has not rendered a policy for this service yet.")
+    for track, rows in tracks.items():
+        st.subheader(f"{track} track")
+        st.dataframe(rows, hide_index=True, use_container_width=True)
+    tuning = (obj.get("spec") or {}).get("tuning") or {}
+    st.subheader("tuner")
+    if not tuning.get("enabled"):
+        st.caption("tuning is off (spec.tuning.enabled)")
+    else:
+        last = ((obj.get("status") or {}).get("tuning") or {}).get("lastRun") or "never"
+        st.caption(f"every {tuning.get('interval', '5m')}"
+                   f"{', dry run' if tuning.get('dryRun') else ''}; last interval {last}")
+        rows = p.tuner_rows(obj)
+        if rows:
+            st.dataframe(rows, hide_index=True, use_container_width=True)
+        else:
+            st.info("No task group judged yet.")
+    st.subheader("decisions")
+    found, error = changes(*chosen)
+    if error:
+        st.warning(f"History store: {error}")
+    if found:
+        st.dataframe(p.change_rows(found), hide_index=True, use_container_width=True)
+    elif not error:
+        st.info("No policy change recorded for this service.")
