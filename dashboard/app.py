@@ -21,8 +21,8 @@ from specd.dashboard.data.live import Live, read_fleet, read_service
 from specd.dashboard.pages import fleet, history, policy, rollout, service
 
 
-@st.cache_resource
 def config() -> DashboardConfig:
+    # read on every run (it is cheap): a cached copy would outlive a changed environment
     return DashboardConfig.from_env()
 
 
@@ -157,4 +157,5 @@ def main() -> None:
                    st.Page(history_page, title="History", url_path="history")]).run()
 
 
-main()
+if __name__ == "__main__":  # how Streamlit runs the script; importing it draws nothing
+    main()
