@@ -316,6 +316,6 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
     assert "below true plain" in seen[went_plain]["reason"], seen[went_plain]
     assert after[0] == ("chat", "plain") and len(after) <= 2, after
     print(f"\nsteady: {len(during)} change(s) in 10 intervals ({len(on_data)} judged on "
-          f"data); step 1 -> 16: plain in interval {went_plain + 1} "
+          f"data); step 2 -> 16: plain in interval {went_plain + 1} "
           f"({seen[went_plain]['reason']}); changes after the step: {after}")
     svc.delete()
