@@ -7,8 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import streamlit as st
-
+from specd.dashboard.pages.common import choose, header, store_table
 from specd.kubectl.render import duration
 
 
@@ -25,18 +24,9 @@ def rows(records: Sequence[Any], now: datetime) -> list[dict[str, Any]]:
 def render(objects: Sequence[dict[str, Any]], *,
            history: Callable[[str, str], tuple[list[Any], str | None]],
            kube_error: str | None = None) -> None:
-    from specd.dashboard.pages.service import choose
-
-    st.title("History")
-    if kube_error:
-        st.error(f"Kubernetes: {kube_error}")
+    header("History", kube_error)
     chosen = choose(objects)
     if chosen is None:
         return
     found, error = history(*chosen)
-    if error:
-        st.warning(f"History store: {error}")
-    if found:
-        st.dataframe(rows(found, datetime.now(UTC)), hide_index=True, use_container_width=True)
-    elif not error:
-        st.info("No rollout recorded for this service.")
+    store_table(rows(found, datetime.now(UTC)), error, "No rollout recorded for this service.")

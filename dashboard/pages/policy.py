@@ -9,21 +9,16 @@ from typing import Any
 import streamlit as st
 
 from specd.dashboard.data import policy as p
+from specd.dashboard.pages.common import chosen_object, header, store_table
 
 
 def render(objects: Sequence[dict[str, Any]], *,
            changes: Callable[[str, str], tuple[list[Any], str | None]],
            kube_error: str | None = None) -> None:
-    from specd.dashboard.pages.service import choose
-
-    st.title("Policy")
-    if kube_error:
-        st.error(f"Kubernetes: {kube_error}")
-    chosen = choose(objects)
-    if chosen is None:
+    header("Policy", kube_error)
+    obj = chosen_object(objects)
+    if obj is None:
         return
-    obj = next(o for o in objects if (o["metadata"]["namespace"], o["metadata"]["name"]) ==
-               chosen)
     tracks = p.effective(obj)
     if not tracks:
         st.info("The operator has not rendered a policy for this service yet.")
@@ -44,10 +39,5 @@ def render(objects: Sequence[dict[str, Any]], *,
         else:
             st.info("No task group judged yet.")
     st.subheader("decisions")
-    found, error = changes(*chosen)
-    if error:
-        st.warning(f"History store: {error}")
-    if found:
-        st.dataframe(p.change_rows(found), hide_index=True, use_container_width=True)
-    elif not error:
-        st.info("No policy change recorded for this service.")
+    found, error = changes(obj["metadata"]["namespace"], obj["metadata"]["name"])
+    store_table(p.change_rows(found), error, "No policy change recorded for this service.")

@@ -18,6 +18,7 @@ import streamlit as st
 from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import rollout as r
+from specd.dashboard.pages.common import chosen_object, header, store_table
 from specd.operator.rollout import controls
 
 LABELS = {"promote": "Promote", "promote-full": "Promote full", "pause": "Pause",
@@ -92,19 +93,13 @@ def render(objects: Sequence[dict[str, Any]], *, cfg: DashboardConfig,
            user: auth.User | None, act: Act,
            history: Callable[[str, str], tuple[list[Any], str | None]],
            kube_error: str | None = None) -> None:
-    from specd.dashboard.pages.service import choose
-
-    st.title("Rollout")
-    if kube_error:
-        st.error(f"Kubernetes: {kube_error}")
+    header("Rollout", kube_error)
     if st.session_state.get("control_result"):
         line = st.session_state.pop("control_result")
         (st.error if "failed" in line else st.success)(line)
-    chosen = choose(objects)
-    if chosen is None:
+    obj = chosen_object(objects)
+    if obj is None:
         return
-    obj = next(o for o in objects if (o["metadata"]["namespace"], o["metadata"]["name"]) ==
-               chosen)
     s = r.summary(obj)
     a, b, c, d = st.columns(4)
     a.metric("phase", s.phase + (f" ({s.pause_reason})" if s.pause_reason else ""))
@@ -130,11 +125,5 @@ def render(objects: Sequence[dict[str, Any]], *, cfg: DashboardConfig,
     else:
         st.info("No analysis measured in this rollout yet.")
     st.subheader("events")
-    records, error = history(*chosen)
-    if error:
-        st.warning(f"History store: {error}")
-    events = timeline(records)
-    if events:
-        st.dataframe(events, hide_index=True, use_container_width=True)
-    elif not error:
-        st.info("No rollout recorded for this service.")
+    records, error = history(obj["metadata"]["namespace"], obj["metadata"]["name"])
+    store_table(timeline(records), error, "No rollout recorded for this service.")

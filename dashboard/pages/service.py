@@ -11,6 +11,7 @@ import streamlit as st
 
 from specd.dashboard.data import service_queries as sq
 from specd.dashboard.data.live import ServiceLive
+from specd.dashboard.pages.common import choose, header
 
 TITLES = {"acceptance": "acceptance rate (accepted / verified)",
           "tau": "τ, tokens committed per request per round",
@@ -26,28 +27,12 @@ def chart_rows(series: sq.Series) -> list[dict[str, Any]]:
             for k, points in sorted(series.items()) for t, v in points]
 
 
-def choose(objects: Sequence[dict[str, Any]]) -> tuple[str, str] | None:
-    params = st.query_params
-    names = sorted(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in objects)
-    if not names:
-        st.info("No SpeculativeService to show.")
-        return None
-    wanted = f"{params.get('ns', '')}/{params.get('name', '')}"
-    picked = st.selectbox("service", names,
-                          index=names.index(wanted) if wanted in names else 0, key="service")
-    namespace, name = picked.split("/", 1)
-    params["ns"], params["name"] = namespace, name
-    return namespace, name
-
-
 def render(objects: Sequence[dict[str, Any]], read: Any, *, kube_error: str | None = None
            ) -> None:
     """``read(namespace, name, frame)`` -> ``ServiceLive`` (the app binds the provider)."""
     import pandas as pd
 
-    st.title("Service")
-    if kube_error:
-        st.error(f"Kubernetes: {kube_error}")
+    header("Service", kube_error)
     chosen = choose(objects)
     if chosen is None:
         return
