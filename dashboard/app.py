@@ -18,7 +18,7 @@ from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import sources
 from specd.dashboard.data.live import Live, read_fleet, read_service
-from specd.dashboard.pages import fleet, history, policy, rollout, service
+from specd.dashboard.views import fleet, history, policy, rollout, service
 
 
 def config() -> DashboardConfig:

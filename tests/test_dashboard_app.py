@@ -68,7 +68,7 @@ def test_bad_settings_are_refused_in_one_line(monkeypatch, capsys, env, says) ->
 
 SERVICE_PAGE = '''
 from specd.dashboard.data.live import ServiceLive
-from specd.dashboard.pages import service
+from specd.dashboard.views import service
 
 objects = [{"metadata": {"namespace": "team-a", "name": name}} for name in ("chat", "code")]
 

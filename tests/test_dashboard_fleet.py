@@ -138,15 +138,35 @@ class Answers:
     def value(self, promql: str) -> float | None:
         raise AssertionError("the fleet reads vectors only")
 
+    def matrix(self, promql: str, start: float, end: float, step: float
+               ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        self.calls += 1
+        self.span = (start, end, step)
+        # out of order and with a gap (NaN): the line keeps time order and skips the gap
+        return [({"namespace": "a", SERVICE_LABEL: "x"},
+                 [(end, 3.0), (end - 120, 1.0), (end - 60, float("nan"))]),
+                ({"namespace": "a", SERVICE_LABEL: "empty"}, [(end, float("nan"))])]
+
 
 def test_reading_the_fleet_costs_one_query_per_figure_and_survives_errors() -> None:
     from specd.dashboard.data.live import read_fleet
 
     provider = Answers(refuse="specd_truncated_tokens")
-    live = read_fleet(provider, "5m")
-    assert live.queries == provider.calls == len(FLEET_FIGURES)
+    live = read_fleet(provider, "5m", now=10_000.0)
+    # one instant query per figure and one range query for the sparklines, for any fleet
+    assert live.queries == provider.calls == len(FLEET_FIGURES) + 1
     assert set(live.figures) == set(FLEET_FIGURES) - {"truncation"}
     assert live.errors == ["truncation: Prometheus at http://p:9090 unreachable: ConnectionError"]
     rows = f.fleet([sample("x", namespace="a")], live.figures)
     assert rows[0].figures["truncation"] is None and rows[0].figures["tau"] is not None
     assert read_fleet(None).errors and read_fleet(None).queries == 0
+    assert provider.span == (10_000.0 - 1800, 10_000.0, 60)
+    assert live.sparklines == {("a", "x"): [1.0, 3.0]}  # no service "empty": no line
+
+
+def test_the_sparkline_column_is_empty_without_data_never_zeros() -> None:
+    from specd.dashboard.views.fleet import SPARKLINE, table
+
+    rows = f.fleet([sample("x", namespace="a"), sample("y", namespace="a")], {})
+    shown = table(rows, {("a", "x"): [1.0, 2.5]})
+    assert [r[SPARKLINE] for r in shown] == [[1.0, 2.5], []]

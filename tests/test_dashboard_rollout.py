@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import rollout as r
-from specd.dashboard.pages.rollout import ControlError, perform
+from specd.dashboard.views.rollout import ControlError, perform
 from specd.operator.rollout.controls import ACTIONS
 
 
@@ -68,7 +68,7 @@ PAGE = '''
 import json
 from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
-from specd.dashboard.pages import rollout
+from specd.dashboard.views import rollout
 
 case = json.loads({case!r})
 cfg = DashboardConfig(controls=case["controls"], allowed_users=("alice",),

@@ -11,6 +11,9 @@ never 0.
 - truncation:   truncated / drafted tokens
 - tokens_per_s: rate of emitted tokens (the service's throughput)
 - tpot_p95:     histogram_quantile(0.95, sum by (ns, svc, le) (rate(..._bucket[W])))
+
+and one range query for the sparkline: tokens/s (rate over 1m) over the last
+``SPARKLINE_SPAN_S`` at ``SPARKLINE_STEP_S`` steps, for every service at once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from specd.operator.analysis.promql import SERVICE_LABEL
 BY = f"namespace, {SERVICE_LABEL}"
 FLEET_FIGURES = ("tau", "acceptance", "truncation", "tokens_per_s", "tpot_p95")
 Key = tuple[str, str]  # (namespace, service)
+SPARKLINE_SPAN_S, SPARKLINE_STEP_S = 30 * 60, 60
 
 
 def _selector(namespace: str | None) -> str:
@@ -48,6 +52,24 @@ def fleet_queries(window: str = "5m", namespace: str | None = None) -> dict[str,
         "tpot_p95": (f"histogram_quantile(0.95, sum by ({BY}, le) "
                      f"(rate({tpot}_bucket{_selector(namespace)}[{window}])))"),
     }
+
+
+def sparkline_query(namespace: str | None = None) -> str:
+    """Tokens/s of every service, to be read as a range (``SPARKLINE_SPAN_S``)."""
+    return _rate(f"{m.EMITTED_TOKENS}_total", "1m", namespace)
+
+
+def series_by_service(matrix: Iterable[tuple[dict[str, str], list[tuple[float, float]]]]
+                      ) -> dict[Key, list[float]]:
+    """A range result keyed by (namespace, service): the finite values in time order (a
+    gap in the data is left out of the line, not drawn as 0)."""
+    out: dict[Key, list[float]] = {}
+    for labels, points in matrix:
+        if "namespace" in labels and SERVICE_LABEL in labels:
+            values = [v for _, v in sorted(points) if math.isfinite(v)]
+            if values:
+                out[(labels["namespace"], labels[SERVICE_LABEL])] = values
+    return out
 
 
 def by_service(vector: Iterable[tuple[dict[str, str], float]]) -> dict[Key, float]:

@@ -6,10 +6,19 @@ Prometheus down or a query refused is not fatal: the figures it could not read a
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from specd.dashboard.data import service_queries as sq
-from specd.dashboard.data.fleet_queries import Key, by_service, fleet_queries
+from specd.dashboard.data.fleet_queries import (
+    SPARKLINE_SPAN_S,
+    SPARKLINE_STEP_S,
+    Key,
+    by_service,
+    fleet_queries,
+    series_by_service,
+    sparkline_query,
+)
 from specd.operator.analysis.provider import MetricProvider, ProviderError
 
 
@@ -18,10 +27,13 @@ class Live:
     figures: dict[str, dict[Key, float]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)  # one line per figure not read
     queries: int = 0  # sent to Prometheus for this read
+    sparklines: dict[Key, list[float]] = field(default_factory=dict)  # tokens/s, 30 min
 
 
 def read_fleet(provider: MetricProvider | None, window: str = "5m",
-               namespace: str | None = None) -> Live:
+               namespace: str | None = None, now: float | None = None) -> Live:
+    """The fleet's figures: one instant query per figure and one range query for the
+    sparklines, whatever the number of services."""
     live = Live()
     if provider is None:
         live.errors.append("no Prometheus configured (--prometheus-url): live figures off")
@@ -32,6 +44,15 @@ def read_fleet(provider: MetricProvider | None, window: str = "5m",
             live.figures[figure] = by_service(provider.vector(promql))
         except ProviderError as exc:
             live.errors.append(f"{figure}: {exc}")
+    matrix = getattr(provider, "matrix", None)
+    if matrix is not None:
+        end = time.time() if now is None else now
+        live.queries += 1
+        try:
+            live.sparklines = series_by_service(matrix(
+                sparkline_query(namespace), end - SPARKLINE_SPAN_S, end, SPARKLINE_STEP_S))
+        except ProviderError as exc:
+            live.errors.append(f"sparkline: {exc}")
     return live
 
 

@@ -7,7 +7,7 @@ N SpeculativeServices are created in a fresh namespace and reconciled to Ready b
 operator (workers simulated by kwok, as in ``specd_dev.bench.operator_scale``: this times
 the dashboard, not model loading). Then ``specd dashboard`` runs on loopback and a headless
 Chromium loads the fleet page until every service's row is in the table; the first load
-(a cold Streamlit session: clients created, the list and the five fleet queries sent) and
+(a cold Streamlit session: clients created, the list and the six fleet queries sent) and
 ``--loads`` more are timed. The same page is also run in-process by Streamlit's AppTest,
 which reports the queries the refresh sent.
 """
@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_for(healthy, "the dashboard", timeout=90)
         driver = browser()
         try:
-            first = load_until_rows(driver, f"{url}/fleet", args.services)
-            again = [load_until_rows(driver, f"{url}/fleet", args.services)
+            first = load_until_rows(driver, f"{url}/", args.services)
+            again = [load_until_rows(driver, f"{url}/", args.services)
                      for _ in range(args.loads)]
         finally:
             driver.quit()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from specd.dashboard.pages.common import choose, header, store_table
+from specd.dashboard.views.common import choose, header, store_table
 from specd.kubectl.render import duration
 
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from specd.dashboard.data import service_queries as sq
 from specd.dashboard.data.live import ServiceLive
-from specd.dashboard.pages.common import choose, header
+from specd.dashboard.views.common import choose, header
 
 TITLES = {"acceptance": "acceptance rate (accepted / verified)",
           "tau": "τ, tokens committed per request per round",

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from specd.dashboard.data import policy as p
-from specd.dashboard.pages.common import chosen_object, header, store_table
+from specd.dashboard.views.common import chosen_object, header, store_table
 
 
 def render(objects: Sequence[dict[str, Any]], *,

@@ -3,12 +3,13 @@ the filters live in the URL (``?attention=1&ns=team-a&q=chat``), so a view can b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import streamlit as st
 
 from specd.dashboard.data import fleet as f
+from specd.dashboard.data.fleet_queries import Key
 from specd.dashboard.data.live import Live
 
 SAMPLE = "kubectl apply -f examples/speculativeservice-plain.yaml"
@@ -18,8 +19,13 @@ def _figure(value: float | None, digits: int = 2, scale: float = 1.0, unit: str 
     return "no data" if value is None else f"{value * scale:.{digits}f}{unit}"
 
 
-def table(rows: Sequence[f.FleetRow]) -> list[dict[str, Any]]:
-    """The rows as the page shows them (strings: "no data" is never a blank or a 0)."""
+SPARKLINE = "tokens/s, 30 min"
+
+
+def table(rows: Sequence[f.FleetRow], sparklines: Mapping[Key, list[float]] | None = None
+          ) -> list[dict[str, Any]]:
+    """The rows as the page shows them (strings: "no data" is never a blank or a 0; a
+    service without a sparkline has an empty one, not a flat line at 0)."""
     out = []
     for r in rows:
         fig = r.figures
@@ -34,6 +40,7 @@ def table(rows: Sequence[f.FleetRow]) -> list[dict[str, Any]]:
             "acceptance": _figure(fig.get("acceptance"), 0, 100, " %"),
             "truncation": _figure(fig.get("truncation"), 0, 100, " %"),
             "tokens/s": _figure(fig.get("tokens_per_s"), 1),
+            SPARKLINE: list((sparklines or {}).get(r.key, [])),
             "p95 TPOT": _figure(fig.get("tpot_p95"), 0, 1000, " ms"),
             "needs attention": "; ".join(r.attention) or "-",
         })
@@ -77,4 +84,6 @@ def render(objects: Sequence[dict[str, Any]], live: Live, *, window: str,
     if not shown:
         st.info("No service matches these filters.")
         return
-    st.dataframe(table(shown), hide_index=True, use_container_width=True)
+    st.dataframe(table(shown, live.sparklines), hide_index=True, use_container_width=True,
+                 column_config={SPARKLINE: st.column_config.LineChartColumn(
+                     SPARKLINE, help="tokens/s over the last 30 minutes (rate over 1 m)")})

@@ -18,7 +18,7 @@ import streamlit as st
 from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import rollout as r
-from specd.dashboard.pages.common import chosen_object, header, store_table
+from specd.dashboard.views.common import chosen_object, header, store_table
 from specd.operator.rollout import controls
 
 LABELS = {"promote": "Promote", "promote-full": "Promote full", "pause": "Pause",
