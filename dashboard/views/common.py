@@ -42,6 +42,6 @@ def store_table(rows: list[dict[str, Any]], error: str | None, empty: str) -> No
     if error:
         st.warning(f"History store: {error}")
     if rows:
-        st.dataframe(rows, hide_index=True, use_container_width=True)
+        st.dataframe(rows, hide_index=True, width="stretch")
     elif not error:
         st.info(empty)

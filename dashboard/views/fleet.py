@@ -84,6 +84,6 @@ def render(objects: Sequence[dict[str, Any]], live: Live, *, window: str,
     if not shown:
         st.info("No service matches these filters.")
         return
-    st.dataframe(table(shown, live.sparklines), hide_index=True, use_container_width=True,
+    st.dataframe(table(shown, live.sparklines), hide_index=True, width="stretch",
                  column_config={SPARKLINE: st.column_config.LineChartColumn(
                      SPARKLINE, help="tokens/s over the last 30 minutes (rate over 1 m)")})

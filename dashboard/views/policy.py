@@ -24,7 +24,7 @@ def render(objects: Sequence[dict[str, Any]], *,
         st.info("The operator has not rendered a policy for this service yet.")
     for track, rows in tracks.items():
         st.subheader(f"{track} track")
-        st.dataframe(rows, hide_index=True, use_container_width=True)
+        st.dataframe(rows, hide_index=True, width="stretch")
     tuning = (obj.get("spec") or {}).get("tuning") or {}
     st.subheader("tuner")
     if not tuning.get("enabled"):
@@ -35,7 +35,7 @@ def render(objects: Sequence[dict[str, Any]], *,
                    f"{', dry run' if tuning.get('dryRun') else ''}; last interval {last}")
         rows = p.tuner_rows(obj)
         if rows:
-            st.dataframe(rows, hide_index=True, use_container_width=True)
+            st.dataframe(rows, hide_index=True, width="stretch")
         else:
             st.info("No task group judged yet.")
     st.subheader("decisions")

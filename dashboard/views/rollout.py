@@ -115,13 +115,13 @@ def render(objects: Sequence[dict[str, Any]], *, cfg: DashboardConfig,
     st.subheader("steps")
     step_rows = [vars(step) for step in r.steps(obj)]
     if step_rows:
-        st.dataframe(step_rows, hide_index=True, use_container_width=True)
+        st.dataframe(step_rows, hide_index=True, width="stretch")
     else:
         st.info("This service rolls out with a plain rolling update (no canary steps).")
     st.subheader("analysis")
     rows = r.analysis_rows(obj)
     if rows:
-        st.dataframe(rows, hide_index=True, use_container_width=True)
+        st.dataframe(rows, hide_index=True, width="stretch")
     else:
         st.info("No analysis measured in this rollout yet.")
     st.subheader("events")
