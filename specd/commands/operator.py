@@ -36,11 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the history store: sqlite:///FILE (default "
                              "$XDG_STATE_HOME/specd/history.db) or postgresql+psycopg://...; "
                              "'none' keeps no history [env SPECD_HISTORY_URL]")
-    parser.add_argument("--pod-address-map", default=None, metavar="FILE",
+    parser.add_argument("--pod-address-map", default=os.environ.get("SPECD_POD_ADDRESS_MAP"),
+                        metavar="FILE",
                         help="JSON object translating \"podIP:port\" to a reachable "
                              "\"host:port\" for the lossless probes, when the operator runs "
                              "outside the pod network (the local cluster's pod runner writes "
-                             "one); default: pods are reached at their IP")
+                             "one); default: pods are reached at their IP "
+                             "[env SPECD_POD_ADDRESS_MAP]")
     parser.add_argument("--own-namespace", default=own_namespace(), metavar="NS",
                         help="the operator's namespace, let through a service's worker "
                              "NetworkPolicy when spec.network.allowFrom is set (its probes "

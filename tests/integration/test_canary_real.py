@@ -17,7 +17,6 @@ groups), the real operator under its least-privilege ServiceAccount with --prome
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 
 from specd.operator.rollout import controls
 from specd_dev.cluster.handle import wait_for
+from specd_dev.models import perturbed_copy
 from specd_dev.testing import (
     SVC_READY_S,
     Svc,
@@ -137,29 +137,6 @@ def test_good_canary_then_a_slower_policy_rolled_back_then_scheduled_promoted(
     assert probes and probes[0]["verdict"] == "Successful"
     print(f"\n{timings}; {traffic.sent} requests, 0 failed")
     svc.delete()
-
-
-def perturbed_copy(target, directory: Path, scale: float = 0.05) -> Path:
-    """The embedded model with every weight matrix of its decoder layers perturbed (a
-    "changed target": another fine-tune, a broken quantisation), saved as safetensors with
-    its config and tokenizer (transformers will not re-save a GGUF-loaded model itself)."""
-    import torch
-    from safetensors.torch import save_file
-
-    generator = torch.Generator().manual_seed(0)
-    state = {}
-    for key, value in target.model.state_dict().items():
-        value = value.detach().clone().contiguous()
-        if ".layers." in key and value.dim() == 2:
-            value.mul_(1 + scale * torch.randn(value.shape, generator=generator))
-        state[key] = value
-    directory.mkdir(parents=True)
-    config = target.model.config.to_dict()
-    config.pop("quantization_config", None)  # the copy is plain float32 safetensors
-    (directory / "config.json").write_text(json.dumps(config))
-    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    target.tokenizer.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture
