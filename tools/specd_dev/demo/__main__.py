@@ -141,8 +141,8 @@ def bad_model(work: Path) -> Path:
     return perturbed_copy(load_model("smollm2-135m"), work / "perturbed")
 
 
-def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Shots
-              ) -> dict[str, Figures]:
+def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Shots,
+              finish: Callable[[dict[str, Figures]], None]) -> dict[str, Figures]:
     from specd.operator.analysis.provider import PrometheusProvider
     from specd_dev.testing import Svc
 
@@ -219,10 +219,12 @@ def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Sho
         shots.take("demo-policy-tuned", f"/policy?{page}", "decisions")
         shots.take("demo-fleet", "/", "services,")
         counts = traffic.counts()
-    demo.say(f"traffic: {counts}")
-    bad = {k: v for k, v in counts.items() if k != "ok"}
-    if bad:
-        demo.failures.append(f"requests that did not succeed: {bad} ({traffic.errors[:3]})")
+        demo.say(f"traffic: {counts}")
+        bad = {k: v for k, v in counts.items() if k != "ok"}
+        if bad:
+            demo.failures.append(f"requests that did not succeed: {bad} "
+                                 f"({traffic.errors[:3]})")
+        finish(figures)  # the summary, and (without --once) the wait, under traffic still
     return figures
 
 
@@ -269,29 +271,23 @@ def main(argv: list[str] | None = None) -> int:
             wait_operator(cluster)
             demo.say("operator Ready (in-cluster, the chart's ServiceAccount)")
             shots = Shots(url, args.screenshots)
+
+            def finish(figures: dict[str, Figures]) -> None:
+                nonlocal ok
+                shots.close()
+                if shots.taken:
+                    demo.say(f"screenshots: {', '.join(str(p) for p in shots.taken)}")
+                summary(demo, figures)
+                ok = not demo.failures
+                if not args.once:
+                    print(f"\nEverything keeps running, traffic too: the dashboard is at {url}."
+                          " Ctrl-C ends the demo and tears it all down.", flush=True)
+                    wait_for_interrupt()
+
             try:
-                figures = run_story(demo, cluster, history_url, work, shots)
+                run_story(demo, cluster, history_url, work, shots, finish)
             finally:
                 shots.close()
-            if shots.taken:
-                demo.say(f"screenshots: {', '.join(str(p) for p in shots.taken)}")
-
-            demo.stage("6/6 summary")
-            for outcome in demo.outcomes:
-                print(f"- {outcome}")
-            for line in table(figures):
-                print(line)
-            print(f"wall time {time.monotonic() - demo.started:.0f} s; stages at "
-                  + ", ".join(f"{title.split(' ')[0]} {t:.0f}s" for title, t in demo.marks))
-            print(f"memory in use: {demo.base_used / 2**30:.1f} GiB before, peak "
-                  f"{demo.peak_used / 2**30:.1f} GiB (+{(demo.peak_used - demo.base_used) / 2**30:.1f})")
-            for failure in demo.failures:
-                print(f"NOT AS EXPECTED: {failure}")
-            ok = not demo.failures
-            if not args.once:
-                print(f"\nEverything keeps running: the dashboard is at {url}. Ctrl-C ends "
-                      "the demo and tears it all down.", flush=True)
-                wait_for_interrupt()
     except StageFailed as exc:
         print(f"NOT AS EXPECTED: {exc}", flush=True)
     except KeyboardInterrupt:
@@ -301,6 +297,20 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         print("torn down", flush=True)
     return 0 if ok else 1
+
+
+def summary(demo: Demo, figures: dict[str, Figures]) -> None:
+    demo.stage("6/6 summary")
+    for outcome in demo.outcomes:
+        print(f"- {outcome}")
+    for line in table(figures):
+        print(line)
+    print(f"wall time {time.monotonic() - demo.started:.0f} s; stages at "
+          + ", ".join(f"{title.split(' ')[0]} {t:.0f}s" for title, t in demo.marks))
+    print(f"memory in use: {demo.base_used / 2**30:.1f} GiB before, peak "
+          f"{demo.peak_used / 2**30:.1f} GiB (+{(demo.peak_used - demo.base_used) / 2**30:.1f})")
+    for failure in demo.failures:
+        print(f"NOT AS EXPECTED: {failure}")
 
 
 def _interrupt(*_: object) -> None:
