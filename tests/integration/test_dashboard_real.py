@@ -21,7 +21,6 @@ With ``SPECD_SCREENSHOTS=DIR`` the browser saves a screenshot of every page ther
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -178,19 +177,9 @@ class Dashboard:
 
 @pytest.fixture
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from specd_dev.browser import chromium
 
-    chromium = shutil.which("chromium")
-    driver_path = shutil.which("chromedriver")
-    assert chromium and driver_path, "Debian's chromium and chromium-driver (make apt)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=1920,1200", "--disable-gpu"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    driver.set_page_load_timeout(60)
+    driver = chromium()
     yield driver
     driver.quit()
 

@@ -31,24 +31,10 @@ from kubernetes import client
 
 from specd.api import k8s
 from specd_dev.bench.operator_scale import service
+from specd_dev.browser import chromium
 from specd_dev.cluster import control_plane
 from specd_dev.cluster.handle import wait_for
 from specd_dev.testing import OperatorProcess, free_port, install_crd, operator_kubeconfig
-
-
-def browser() -> Any:
-    import shutil
-
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=1600,1200"):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"),
-                            options=options)
 
 
 def load_until_rows(driver: Any, url: str, services: int, timeout: float = 120) -> float:
@@ -134,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             except httpx.HTTPError:
                 return False
         wait_for(healthy, "the dashboard", timeout=90)
-        driver = browser()
+        driver = chromium()
         try:
             first = load_until_rows(driver, f"{url}/", args.services)
             again = [load_until_rows(driver, f"{url}/", args.services)

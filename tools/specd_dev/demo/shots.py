@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -36,17 +35,9 @@ class Shots:
 
     def _driver(self) -> Any:
         if self.driver is None:
-            from selenium import webdriver
-            from selenium.webdriver.chrome.service import Service
+            from specd_dev.browser import chromium
 
-            options = webdriver.ChromeOptions()
-            options.binary_location = shutil.which("chromium") or "chromium"
-            for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                         "--window-size=1920,1200", "--disable-gpu"):
-                options.add_argument(flag)
-            self.driver = webdriver.Chrome(
-                service=Service(shutil.which("chromedriver") or "chromedriver"),
-                options=options)
+            self.driver = chromium()
         return self.driver
 
     def close(self) -> None:
