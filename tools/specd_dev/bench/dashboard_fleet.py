@@ -61,11 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    state_dir = control_plane.default_state_dir(args.name)
-    state = control_plane.read_state(state_dir)
-    if state is None or not control_plane.is_up(state_dir):
-        raise SystemExit(f"cluster '{args.name}' is not running: specd cluster up")
-    cluster = control_plane.handle_for(state_dir, state)
+    cluster = control_plane.running_cluster(args.name)
     install_crd(cluster)
     work = Path(tempfile.mkdtemp(prefix="specd-dashbench-"))
     namespace = f"dash-{uuid.uuid4().hex[:8]}"

@@ -92,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.canarying <= args.services:
         parser.error("--canarying must be between 0 and --services")
 
-    state_dir = control_plane.default_state_dir(args.name)
-    state = control_plane.read_state(state_dir)
-    if state is None or not control_plane.is_up(state_dir):
-        raise SystemExit(f"cluster '{args.name}' is not running: specd cluster up")
-    cluster = control_plane.handle_for(state_dir, state)
+    cluster = control_plane.running_cluster(args.name)
     install_crd(cluster)
     work = Path(tempfile.mkdtemp(prefix="specd-opbench-"))
     kubeconfig = operator_kubeconfig(cluster, work / "kubeconfig")

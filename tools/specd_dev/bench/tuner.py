@@ -207,11 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = parser.parse_args(argv)
 
-    state_dir = control_plane.default_state_dir(args.name)
-    state = control_plane.read_state(state_dir)
-    if state is None or not control_plane.is_up(state_dir):
-        raise SystemExit(f"cluster '{args.name}' is not running: specd cluster up")
-    cluster = control_plane.handle_for(state_dir, state)
+    cluster = control_plane.running_cluster(args.name)
     phases = [Phase("flat", args.flat, args.flat_intervals * args.interval),
               Phase("peak", args.peak, args.peak_intervals * args.interval),
               Phase("flat2", args.flat, args.tail_intervals * args.interval)]

@@ -311,6 +311,16 @@ def is_up(state_dir: Path) -> bool:
         value == "ready" for value in report.values())
 
 
+def running_cluster(name: str = DEFAULT_NAME) -> LocalCluster:
+    """The running local cluster ``name`` (for benchmarks that use one started by
+    ``specd cluster up``); SystemExit saying how to start it otherwise."""
+    state_dir = default_state_dir(name)
+    state = read_state(state_dir)
+    if state is None or not is_up(state_dir):
+        raise SystemExit(f"cluster '{name}' is not running: specd cluster up")
+    return handle_for(state_dir, state)
+
+
 def up(state_dir: Path | None = None, *, name: str = DEFAULT_NAME, shape: NodeShape = NodeShape(),
        timeout: float = 120.0, ports: Ports | None = None,
        progress: Progress = _print) -> LocalCluster:
