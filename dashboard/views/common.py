@@ -37,11 +37,19 @@ def chosen_object(objects: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
                 if (o["metadata"]["namespace"], o["metadata"]["name"]) == chosen)
 
 
+def rows_or(rows: list[dict[str, Any]], empty: str) -> None:
+    """A full-width table of ``rows``, or the ``empty`` note when there are none."""
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch")
+    else:
+        st.info(empty)
+
+
 def store_table(rows: list[dict[str, Any]], error: str | None, empty: str) -> None:
     """Rows read from the history store, or the store's banner, or ``empty``."""
     if error:
         st.warning(f"History store: {error}")
-    if rows:
-        st.dataframe(rows, hide_index=True, width="stretch")
-    elif not error:
-        st.info(empty)
+        if rows:
+            st.dataframe(rows, hide_index=True, width="stretch")
+        return
+    rows_or(rows, empty)

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from specd.dashboard.data import policy as p
-from specd.dashboard.views.common import chosen_object, header, store_table
+from specd.dashboard.views.common import chosen_object, header, rows_or, store_table
 
 
 def render(objects: Sequence[dict[str, Any]], *,
@@ -33,11 +33,7 @@ def render(objects: Sequence[dict[str, Any]], *,
         last = ((obj.get("status") or {}).get("tuning") or {}).get("lastRun") or "never"
         st.caption(f"every {tuning.get('interval', '5m')}"
                    f"{', dry run' if tuning.get('dryRun') else ''}; last interval {last}")
-        rows = p.tuner_rows(obj)
-        if rows:
-            st.dataframe(rows, hide_index=True, width="stretch")
-        else:
-            st.info("No task group judged yet.")
+        rows_or(p.tuner_rows(obj), "No task group judged yet.")
     st.subheader("decisions")
     found, error = changes(obj["metadata"]["namespace"], obj["metadata"]["name"])
     store_table(p.change_rows(found), error, "No policy change recorded for this service.")

@@ -18,7 +18,7 @@ import streamlit as st
 from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import rollout as r
-from specd.dashboard.views.common import chosen_object, header, store_table
+from specd.dashboard.views.common import chosen_object, header, rows_or, store_table
 from specd.operator.rollout import controls
 
 LABELS = {"promote": "Promote", "promote-full": "Promote full", "pause": "Pause",
@@ -113,17 +113,10 @@ def render(objects: Sequence[dict[str, Any]], *, cfg: DashboardConfig,
         st.caption(s.message)
     control_bar(obj, cfg, user, act)
     st.subheader("steps")
-    step_rows = [vars(step) for step in r.steps(obj)]
-    if step_rows:
-        st.dataframe(step_rows, hide_index=True, width="stretch")
-    else:
-        st.info("This service rolls out with a plain rolling update (no canary steps).")
+    rows_or([vars(step) for step in r.steps(obj)],
+            "This service rolls out with a plain rolling update (no canary steps).")
     st.subheader("analysis")
-    rows = r.analysis_rows(obj)
-    if rows:
-        st.dataframe(rows, hide_index=True, width="stretch")
-    else:
-        st.info("No analysis measured in this rollout yet.")
+    rows_or(r.analysis_rows(obj), "No analysis measured in this rollout yet.")
     st.subheader("events")
     records, error = history(obj["metadata"]["namespace"], obj["metadata"]["name"])
     store_table(timeline(records), error, "No rollout recorded for this service.")

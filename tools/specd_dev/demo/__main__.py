@@ -142,7 +142,7 @@ def bad_model(work: Path) -> Path:
 
 
 def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Shots,
-              finish: Callable[[dict[str, Figures]], None]) -> dict[str, Figures]:
+              finish: Callable[[dict[str, Figures]], None]) -> None:
     from specd.operator.analysis.provider import PrometheusProvider
     from specd_dev.testing import Svc
 
@@ -225,7 +225,6 @@ def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Sho
             demo.failures.append(f"requests that did not succeed: {bad} "
                                  f"({traffic.errors[:3]})")
         finish(figures)  # the summary, and (without --once) the wait, under traffic still
-    return figures
 
 
 def evidence(demo: Demo, history_url: str) -> None:
