@@ -133,3 +133,14 @@ def test_evidence_carries_the_window() -> None:
     assert d.action == "shrink"
     assert d.evidence["requests"] == 100 and d.evidence["acceptance_by_position"] == [0.8, 0.5,
                                                                                       0.1]
+
+
+def test_a_broken_streak_says_so_and_counts_only_windows_in_a_row() -> None:
+    """plain, dead band, plain: the streak is one window, not two (CI once read
+    "2/2 windows agree so far" on a hold)."""
+    losing = dict(goodput=20.0, plain=25.0)
+    decisions = run([window(0, (0.8, 0.6, 0.4), **losing), window(INTERVAL, (0.8, 0.6, 0.4)),
+                     window(2 * INTERVAL, (0.8, 0.6, 0.4), **losing),
+                     window(3 * INTERVAL, (0.8, 0.6, 0.4), **losing)])
+    assert [d.action for d in decisions] == ["hold", "hold", "hold", "plain"]
+    assert decisions[2].reason.endswith("1/2 windows agree so far"), decisions[2].reason

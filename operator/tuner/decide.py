@@ -202,7 +202,7 @@ def decide(window: Window | None, policy: GroupPolicy, state: State, bounds: Bou
     needed = s.grow_windows if action == "grow" else s.shrink_windows
     streak = state.recent[-needed:]
     if action == "hold" or len(streak) < needed or any(a != action for a in streak):
-        seen = sum(1 for a in reversed(state.recent) if a == action) if action != "hold" else 0
+        seen = _streak(state.recent, action) if action != "hold" else 0
         return hold(why if action == "hold" else
                     f"{why}; {min(seen, needed)}/{needed} windows agree so far")
     asked = state.recent_k[-needed:]
@@ -219,6 +219,16 @@ def decide(window: Window | None, policy: GroupPolicy, state: State, bounds: Bou
         target = max(max(asked), policy.k - 1, bounds.k_min)
     return Decision(action, replace(policy, k=target), state,
                     f"{why}: K {policy.k} -> {target}", evidence)
+
+
+def _streak(recent: tuple[Action, ...], action: Action) -> int:
+    """How many of the latest recommendations, in a row, are ``action``."""
+    n = 0
+    for a in reversed(recent):
+        if a != action:
+            break
+        n += 1
+    return n
 
 
 def _reprobe(policy: GroupPolicy, state: State, now: float, bounds: Bounds, s: Settings,

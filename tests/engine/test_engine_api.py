@@ -130,7 +130,7 @@ def test_scheduled_mode_stops_drafting_when_verification_cannot_pay(make_engine,
     # steep: the first round drafts (nothing known yet), then only the probes do, at
     # intervals that double while plain keeps winning (16, 32, 64, ... rounds)
     assert b.spec.verified == 0
-    probes, at, every = 0, 0, steep.core.PROBE_EVERY
+    probes, at, every = 0, 0, steep.core.gate.PROBE_EVERY
     while at + every < b.spec.rounds:
         at, every, probes = at + every + 1, 2 * every, probes + 1
     assert b.spec.drafted <= 4 * (1 + probes)
@@ -183,33 +183,15 @@ def test_measured_outcomes_overrule_a_prediction_that_drafting_pays(make_engine,
     free = CostTable.from_measurements([1, 64], [1.0, 1.01])
     trusting = make_engine("ngram", policy, costs=free)
     measured = make_engine("ngram", policy, costs=free)
-    for _ in range(measured.core.outcomes.min_rounds):
-        measured.core.outcomes.record(1, True, 3.0, 1, 1.0)
-        measured.core.outcomes.record(1, False, 1.0, 1, 1.0)
+    for _ in range(measured.core.gate.outcomes.min_rounds):
+        measured.core.gate.outcomes.record(1, True, 3.0, 1, 1.0)
+        measured.core.gate.outcomes.record(1, False, 1.0, 1, 1.0)
     a = trusting.generate([GenerationRequest(ids, params)])[0]
     b = measured.generate([GenerationRequest(ids, params)])[0]
     assert a.token_ids == b.token_ids
     assert a.spec.drafted > 0 and a.spec.rounds < len(a.token_ids) - 1
-    drafting_rounds_max = 1 + b.spec.rounds // measured.core.PROBE_EVERY
+    drafting_rounds_max = 1 + b.spec.rounds // measured.core.gate.PROBE_EVERY
     assert b.spec.drafted <= 4 * drafting_rounds_max < a.spec.drafted
-
-
-def test_probes_keep_their_interval_per_situation_and_skip_unmeasured_rounds(make_engine):
-    """Two situations taking turns (the decision flips as newcomers' prefills come and go)
-    each back off on their own: 2 probes each in 100 rounds (after 16, then 32 more), not one
-    every 16 rounds; rounds that record no outcome (prefill chunks) are never probes."""
-    engine = make_engine("ngram", Policy(mode="scheduled"))
-    core, policy = engine.core, engine.policy
-    core._conf_mean = [0.9]
-    core._draft_seconds = {1: 0.0, 16: 0.0}
-    core._predicted.update({(1, 1, (id(policy),)): True,  # the two predictions
-                            (16, 16, (id(policy),) * 16): False})
-    flips = {1: 0, 16: 0}
-    for _ in range(100):
-        for n, want in ((1, True), (16, False)):
-            flips[n] += core._draft_pays([policy] * n, n, rows=n, measured=True) != want
-    assert flips == {1: 2, 16: 2}
-    assert all(core._draft_pays([policy], 1, rows=1, measured=False) for _ in range(200))
 
 
 def test_each_request_runs_its_groups_policy_inside_one_batch(make_engine, chat_prompt_ids,

@@ -37,16 +37,10 @@ from specd.worker.engine.api import (
     SpecStats,
     StreamEvent,
 )
+from specd.worker.engine.draft_gate import DraftGate, RoundOutcome, bucket
 from specd.worker.engine.llama import LlamaRunner, Row
 from specd.worker.engine.metrics import EngineMetrics
-from specd.worker.engine.scheduler import (
-    CostTable,
-    DraftOutcomes,
-    OnlineCalibration,
-    calibrate,
-    schedule,
-    worth_drafting,
-)
+from specd.worker.engine.scheduler import CostTable, OnlineCalibration, calibrate, schedule
 
 Sink = Callable[[StreamEvent], None]
 
@@ -111,14 +105,9 @@ class EngineCore:
         # swappable: tests inject a wrong rule
         self.verify_sampling = verifier.verify_sampling
         self.verify_coupled = verifier.verify_coupled
-        self._conf_mean: list[float] = []  # running mean raw confidence per draft position
-        self._draft_seconds: dict[int, float] = {}  # running mean draft time per batch bucket
-        # per situation (decision, batch bucket): [rounds since its last probe, interval]
-        self._probes: dict[tuple[bool, int], list[int]] = {}
+        self.gate = DraftGate(self.costs)  # scheduled mode: does the round draft at all
         # one per proposal source: a combined drafter's sources are calibrated apart
         self.online_calibration: dict[str, OnlineCalibration] = {}
-        self.outcomes = DraftOutcomes()
-        self._predicted: dict[tuple[int, int, tuple[int, ...]], bool] = {}  # worth_drafting
         self._group_policies: dict[str, Policy] = {}  # Policy.for_group, per policy
         self._group_labels: dict[str, tuple[str, str, str, str]] = {}
         self._plain_credit = 0.0  # reference rounds owed (policy.plain_rounds)
@@ -191,9 +180,9 @@ class EngineCore:
         gated = [i for i in drafting if policies[i].mode == "scheduled"]
         all_scheduled = (bool(decode) and self.drafter.name != "none"
                          and all(p.mode == "scheduled" for p in policies))
-        scheduled_draft = bool(gated) and self._draft_pays(
-            [policies[i] for i in gated], base_tokens, rows=len(decode) + len(chunks),
-            measured=not chunks)
+        scheduled_draft = bool(gated) and self.gate.choose(
+            policy, [policies[i] for i in gated], base_tokens, rows=len(decode) + len(chunks),
+            measured=not chunks).draft
         if not scheduled_draft:
             drafting = [i for i in drafting if policies[i].mode != "scheduled"]
         speculate = bool(drafting)
@@ -234,8 +223,8 @@ class EngineCore:
                     confs[i] = cal.apply(prop.confidence[j])
                     qs[i] = prop.q[j] if prop.q else None
                     raw_conf[i] = (cal, prop.confidence[j])
-                self._learn_drafter(len(drafting), [confs[i] for i in idx],
-                                    time.perf_counter() - td)
+                self.gate.learn(len(drafting), [confs[i] for i in idx],
+                                time.perf_counter() - td)
         t1 = time.perf_counter()
 
         # schedule
@@ -312,59 +301,14 @@ class EngineCore:
 
         self.rounds += 1
         if all_scheduled and not chunks:  # rounds of one kind: their costs compare
-            self._record_outcome(len(decode), scheduled_draft, t4 - t0,
-                                 sum(results[e][0] + 1 for e in range(n_dec)))
+            self.gate.record(RoundOutcome(len(decode), scheduled_draft, t4 - t0,
+                                          sum(results[e][0] + 1 for e in range(n_dec))))
         self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, by_pos,
                             sum(1 for x in lengths if x > 0),
-                            "speculative" if ran_drafter else "plain", self._bucket(n_dec))
+                            "speculative" if ran_drafter else "plain", bucket(n_dec))
         return True
 
-    # -- when to draft (scheduled mode) ------------------------------------------------------
-    PROBE_EVERY = 16  # after this many rounds deciding one way, one round goes the other way
-    PROBE_MAX = 256  # ... and the interval doubles while the decision holds, up to this
-    EMA = 0.1
-
-    @staticmethod
-    def _bucket(n: int) -> int:
-        return 1 << max(n - 1, 0).bit_length()  # batch sizes 1, 2, 4, 8, ...
-
-    def _draft_pays(self, policies: list[Policy], base_tokens: int, rows: int,
-                    measured: bool) -> bool:
-        """Predicted (``worth_drafting``) and, once measured, confirmed by what drafting and
-        plain rounds of this batch size really cost (``DraftOutcomes``); now and then the
-        other choice runs once (a probe), so both measurements stay current. Probes run only
-        in rounds whose outcome is recorded (``measured``: no prefill chunk), and each
-        situation keeps its own probe interval: with newcomers' prefills coming and going the
-        decision flips often, and a shared interval kept falling back to the shortest one
-        (at c=16 on the dev CPU, turning probes off moved scheduled from 0.91x to 0.96x plain).
-
-        ``policies``: the scheduled requests' own (their groups'); the other rows of a mixed
-        batch are left out of the comparison, so it is exact for batches of one kind."""
-        n = len(policies)
-        bucket = self._bucket(n)
-        draft_s = self._draft_seconds.get(bucket)
-        if not self._conf_mean or draft_s is None:
-            return True  # nothing known yet: draft and learn
-        key = (base_tokens, rows, tuple(sorted(id(p) for p in policies)))
-        want = self._predicted.get(key)
-        if want is None:  # the prediction only changes when the drafter's statistics do
-            want = worth_drafting(self.policy, n, self._conf_mean, base_tokens,
-                                  self.costs.for_rows(rows), draft_s, rows=policies)
-            self._predicted[key] = want
-        if want and self.outcomes.drafting_wins(bucket) is False:
-            want = False
-        if not measured:
-            return want
-        probe = self._probes.setdefault((want, bucket), [0, self.PROBE_EVERY])
-        if probe[0] >= probe[1]:
-            # a probe costs a round (at c=32 on the dev CPU a drafting probe took 1.6x a
-            # plain round): while the decision holds, probe half as often each time
-            probe[0] = 0
-            probe[1] = min(2 * probe[1], self.PROBE_MAX)
-            return not want
-        probe[0] += 1
-        return want
-
+    # -- reference rounds ------------------------------------------------------------------
     def _reference_round(self, policy: Policy) -> bool:
         """Every 1/plain_rounds-th decode round runs plain for everyone: what true plain
         decoding does on this worker at today's batch sizes, for the tuner to compare."""
@@ -375,25 +319,6 @@ class EngineCore:
             return False
         self._plain_credit -= 1.0
         return True
-
-    def _record_outcome(self, n: int, drafted: bool, seconds: float, committed: int) -> None:
-        self.outcomes.record(self._bucket(n), drafted, seconds, committed,
-                             float(self.costs.cost(n)) / n)
-
-    def _learn_drafter(self, n: int, confs: list[list[float]], seconds: float) -> None:
-        """Running means of the drafter's confidence per position and of its time per round."""
-        self._predicted.clear()
-        b = self._bucket(n)
-        old = self._draft_seconds.get(b)
-        self._draft_seconds[b] = seconds if old is None else old + self.EMA * (seconds - old)
-        k = max((len(c) for c in confs), default=0)
-        for i in range(k):
-            vals = [c[i] for c in confs if len(c) > i]
-            mean = sum(vals) / len(vals)
-            if i < len(self._conf_mean):
-                self._conf_mean[i] += self.EMA * (mean - self._conf_mean[i])
-            else:
-                self._conf_mean.append(mean)
 
     # -- verification ------------------------------------------------------------------------
     def _verify(self, entries: list, logits: torch.Tensor | None) -> list[tuple[int, int]]:
@@ -572,7 +497,7 @@ class EngineCore:
                 self._cancel(item)
             elif kind == "policy":
                 self.policy = item
-                self._predicted.clear()
+                self.gate.forget_predictions()
                 self._group_policies.clear()
                 self._group_labels.clear()
                 self._set_policy_labels()

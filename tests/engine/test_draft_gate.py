@@ -1,0 +1,88 @@
+"""The draft gate on its own: recorded round outcomes in, draft-or-not out (no model)."""
+
+from __future__ import annotations
+
+from specd.api.policy import Policy
+from specd.worker.engine.draft_gate import DraftGate, RoundOutcome, bucket
+from specd.worker.engine.scheduler import CostTable
+
+POLICY = Policy(mode="scheduled", k_max=4, survival_floor=0.0)
+FREE = CostTable.from_measurements([1, 64], [1.0, 1.01])  # verifying costs almost nothing
+STEEP = CostTable.from_measurements([1, 2, 64], [1.0, 50.0, 60.0])  # one more token: 50x
+
+
+def learnt(costs: CostTable, conf: float = 0.9, draft_s: float = 0.01,
+           sizes: tuple[int, ...] = (1,)) -> DraftGate:
+    gate = DraftGate(costs)
+    for n in sizes:
+        gate.learn(n, [[conf] * 4] * n, draft_s)
+    return gate
+
+
+def run(gate: DraftGate, n: int, rounds: int, measured: bool = True) -> list[bool]:
+    return [gate.choose(POLICY, [POLICY] * n, n, n, measured).draft for _ in range(rounds)]
+
+
+def test_nothing_learnt_drafts_to_learn_and_no_scheduled_request_never_drafts() -> None:
+    gate = DraftGate(FREE)
+    assert gate.choose(POLICY, [POLICY], 1, 1, True).draft
+    assert not gate.choose(POLICY, [], 1, 1, True).draft
+
+
+def test_the_prediction_follows_the_cost_table() -> None:
+    assert learnt(FREE).predict(POLICY, [POLICY], 1, 1) is True
+    assert learnt(STEEP).predict(POLICY, [POLICY], 1, 1) is False
+    # confident drafts that take longer than the forward they save do not pay either
+    assert learnt(FREE, draft_s=10.0).predict(POLICY, [POLICY], 1, 1) is False
+
+
+def test_a_measured_loss_overrules_a_predicted_gain_and_a_measured_win_does_not() -> None:
+    losing, winning = learnt(FREE), learnt(FREE)
+    for _ in range(losing.outcomes.min_rounds):
+        # drafting rounds: 3 s for one token; plain rounds: 1 s for one token
+        losing.record(RoundOutcome(1, True, 3.0, 1))
+        losing.record(RoundOutcome(1, False, 1.0, 1))
+        winning.record(RoundOutcome(1, True, 1.2, 3))
+        winning.record(RoundOutcome(1, False, 1.0, 1))
+    assert losing.choose(POLICY, [POLICY], 1, 1, measured=False).draft is False
+    assert winning.choose(POLICY, [POLICY], 1, 1, measured=False).draft is True
+    # too few rounds measured: the prediction stands
+    early = learnt(FREE)
+    early.record(RoundOutcome(1, True, 3.0, 1))
+    early.record(RoundOutcome(1, False, 1.0, 1))
+    assert early.choose(POLICY, [POLICY], 1, 1, measured=False).draft is True
+
+
+def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_holds() -> None:
+    gate = learnt(STEEP)  # plain wins: drafting only in probes
+    first, long_run = DraftGate.probe_share_bound()
+    choices = run(gate, 1, 2000)
+    probes = [i for i, drafted in enumerate(choices) if drafted]
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    assert probes[0] == DraftGate.PROBE_EVERY  # after 16 rounds of plain
+    assert gaps == sorted(gaps) and gaps[-1] == DraftGate.PROBE_MAX + 1
+    assert len(probes) <= first * 2000
+    assert sum(choices[-1000:]) <= long_run * 1000 + 1
+
+
+def test_each_situation_keeps_its_own_probe_interval_and_unmeasured_rounds_never_probe() -> None:
+    """The decision flips as newcomers' prefills come and go: a shared interval kept falling
+    back to the shortest; each (decision, bucket) backs off on its own."""
+    gate = learnt(FREE, sizes=(1, 16))
+    gate._predicted[(16, 16, (id(POLICY),) * 16)] = False  # at 16 the prediction is plain
+    flips = {1: 0, 16: 0}
+    for _ in range(100):
+        for n, want in ((1, True), (16, False)):
+            flips[n] += run(gate, n, 1)[0] != want
+    assert flips == {1: 2, 16: 2}  # after 16, then 32 more, in each situation
+    assert all(run(learnt(STEEP), 1, 200, measured=False)) is False
+    assert not any(run(learnt(STEEP), 1, 200, measured=False))
+
+
+def test_learning_clears_cached_predictions_and_buckets_are_powers_of_two() -> None:
+    gate = learnt(FREE)
+    assert gate.predict(POLICY, [POLICY], 1, 1) is True
+    gate.learn(1, [[0.9] * 4], 10.0)  # drafting got slow: the old prediction is void
+    gate.draft_seconds[1] = 10.0
+    assert gate.predict(POLICY, [POLICY], 1, 1) is False
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 16, 17)] == [1, 2, 4, 4, 8, 16, 32]

@@ -1,0 +1,146 @@
+"""The draft gate (scheduled mode): does this round run the drafter at all?
+
+    gate = DraftGate(costs)
+    choice = gate.choose(batch_policy, policies, base_tokens, rows, measured)  # before drafting
+    gate.learn(n, confidences, draft_seconds)          # after a round that drafted
+    gate.record(RoundOutcome(n, drafted, seconds, committed))  # after a round of one kind
+
+When the scheduler would verify (almost) nothing, drafting is pure loss: a round that skips
+the drafter is a plain round. The gate decides from two sources:
+
+- a **prediction** (``scheduler.worth_drafting``): the drafter's running mean confidence per
+  position and its running mean time per round (per batch-size bucket), priced with the cost
+  table; cached until the drafter's statistics change;
+- the **measurement** (``DraftOutcomes``): what drafting and plain rounds of this batch size
+  really cost per committed token; once both kinds were seen, a measured loss overrules a
+  predicted gain.
+
+**Exploration has a stated bound.** A decision that holds would never measure the other
+choice again, so now and then the other choice runs once (a probe). Each situation
+(decision, batch bucket) keeps its own interval: the first probe comes after
+``PROBE_EVERY`` rounds and the interval doubles each time the decision still holds, up to
+``PROBE_MAX``. So probes are at most 1 / (PROBE_EVERY + 1) of a situation's rounds and their
+share falls towards 1 / (PROBE_MAX + 1) while the other choice keeps losing
+(``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
+no prefill chunk in the batch), so every probe pays for a measurement.
+
+Pure: no torch, no engine, no clock; the engine hands it numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specd.api.policy import Policy
+from specd.worker.engine.scheduler import CostTable, DraftOutcomes, worth_drafting
+
+
+def bucket(n: int) -> int:
+    """Batch-size bucket: 1, 2, 4, 8, ... (the ``batch`` label of the decode metrics)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """One round of a single kind (every decoding row scheduled, no prefill chunk)."""
+
+    rows: int  # decoding requests in the round
+    drafted: bool  # the drafter ran
+    seconds: float  # the whole round's time
+    committed: int  # tokens the round committed
+
+
+@dataclass(frozen=True)
+class Choice:
+    draft: bool
+    probe: bool = False  # the other choice than the decision, to keep it measured
+    why: str = ""
+
+
+class DraftGate:
+    PROBE_EVERY = 16
+    PROBE_MAX = 256
+    EMA = 0.1  # running means of confidence and drafting time
+
+    def __init__(self, costs: CostTable, outcomes: DraftOutcomes | None = None) -> None:
+        self.costs = costs
+        self.outcomes = outcomes or DraftOutcomes()
+        self.conf_mean: list[float] = []  # running mean (calibrated) confidence per position
+        self.draft_seconds: dict[int, float] = {}  # running mean drafting time per bucket
+        # per situation (decision, bucket): [rounds since its last probe, current interval]
+        self._probes: dict[tuple[bool, int], list[int]] = {}
+        self._predicted: dict[tuple[int, int, tuple[int, ...]], bool] = {}
+
+    @classmethod
+    def probe_share_bound(cls) -> tuple[float, float]:
+        """(at most, in the long run): the share of a situation's rounds that are probes."""
+        return 1.0 / (cls.PROBE_EVERY + 1), 1.0 / (cls.PROBE_MAX + 1)
+
+    def forget_predictions(self) -> None:
+        """The policy changed: predictions priced with the old one are void."""
+        self._predicted.clear()
+
+    def predict(self, batch_policy: Policy, policies: Sequence[Policy], base_tokens: int,
+                rows: int) -> bool | None:
+        """What the confidences and the cost table say (None: nothing learnt yet)."""
+        n = len(policies)
+        draft_s = self.draft_seconds.get(bucket(n))
+        if not self.conf_mean or draft_s is None:
+            return None
+        key = (base_tokens, rows, tuple(sorted(id(p) for p in policies)))
+        want = self._predicted.get(key)
+        if want is None:  # the prediction only changes when the drafter's statistics do
+            want = worth_drafting(batch_policy, n, self.conf_mean, base_tokens,
+                                  self.costs.for_rows(rows), draft_s, rows=policies)
+            self._predicted[key] = want
+        return want
+
+    def choose(self, batch_policy: Policy, policies: Sequence[Policy], base_tokens: int,
+               rows: int, measured: bool) -> Choice:
+        """``policies``: the scheduled requests' own (their groups'); the other rows of a
+        mixed batch are left out of the comparison, so it is exact for batches of one kind.
+        ``rows``: every row of the forward (decoding requests and prefill chunks)."""
+        if not policies:
+            return Choice(False, why="no scheduled request")
+        predicted = self.predict(batch_policy, policies, base_tokens, rows)
+        if predicted is None:
+            return Choice(True, why="nothing learnt yet: draft and learn")
+        b = bucket(len(policies))
+        want, why = predicted, "predicted gain" if predicted else "predicted no gain"
+        if want and self.outcomes.drafting_wins(b) is False:
+            want, why = False, "measured: drafting rounds cost more per token"
+        if not measured:
+            return Choice(want, why=why)
+        probe = self._probes.setdefault((want, b), [0, self.PROBE_EVERY])
+        if probe[0] >= probe[1]:
+            probe[0] = 0
+            probe[1] = min(2 * probe[1], self.PROBE_MAX)
+            return Choice(not want, probe=True, why=f"probe ({why})")
+        probe[0] += 1
+        return Choice(want, why=why)
+
+    def learn(self, n: int, confidences: Sequence[Sequence[float]], seconds: float) -> None:
+        """A round drafted for ``n`` requests in ``seconds``: running means of the
+        confidence per position and of the drafting time of this bucket."""
+        self._predicted.clear()
+        b = bucket(n)
+        old = self.draft_seconds.get(b)
+        self.draft_seconds[b] = seconds if old is None else old + self.EMA * (seconds - old)
+        k = max((len(c) for c in confidences), default=0)
+        for i in range(k):
+            vals = [c[i] for c in confidences if len(c) > i]
+            mean = sum(vals) / len(vals)
+            if i < len(self.conf_mean):
+                self.conf_mean[i] += self.EMA * (mean - self.conf_mean[i])
+            else:
+                self.conf_mean.append(mean)
+
+    def record(self, outcome: RoundOutcome) -> None:
+        """What a round of one kind really cost (compared per bucket, in units of the cost
+        table's plain time per token at that batch size)."""
+        n = outcome.rows
+        if n <= 0:
+            return
+        self.outcomes.record(bucket(n), outcome.drafted, outcome.seconds, outcome.committed,
+                             float(self.costs.cost(n)) / n)
