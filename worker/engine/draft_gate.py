@@ -17,11 +17,12 @@ the drafter is a plain round. The gate decides from two sources:
 
 **Exploration has a stated bound.** A decision that holds would never measure the other
 choice again, so now and then the other choice runs once (a probe). Each situation
-(decision, batch bucket) keeps its own interval: the first probe comes after
-``PROBE_EVERY`` rounds and the interval doubles each time the decision still holds, up to
-``PROBE_MAX``. So probes are at most 1 / (PROBE_EVERY + 1) of a situation's rounds and their
-share falls towards 1 / (PROBE_MAX + 1) while the other choice keeps losing
-(``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
+(decision, batch bucket) keeps its own interval (with newcomers' prefills coming and going the
+decision flips often, and one shared interval kept falling back to the shortest): the first
+probe comes after ``PROBE_EVERY`` rounds and the interval doubles each time the decision
+still holds, up to ``PROBE_MAX``. So probes are at most 1 / (PROBE_EVERY + 1) of a
+situation's rounds, and their share falls towards 1 / (PROBE_MAX + 1) while the other choice
+keeps losing (``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
 no prefill chunk in the batch), so every probe pays for a measurement.
 
 Pure: no torch, no engine, no clock; the engine hands it numbers.
