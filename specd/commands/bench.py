@@ -42,8 +42,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--json", dest="json_out", default=None, help="write results here")
 
+    rounds = sub.add_parser(
+        "rounds", help="where a round's time goes (gate, draft, schedule, forward, accept, "
+                       "commit), per group, at one concurrency",
+        description="Run groups over a prompt file at one concurrency in alternating passes; "
+                    "compare full-batch decode rounds part by part. Greedy, EOS ignored.")
+    rounds.add_argument("--model", default="smollm2-135m", help="target model reference")
+    rounds.add_argument("--groups", default="plain,semi-ar-fixed,semi-ar-scheduled",
+                        help="comma-separated engine groups (plain is always added)")
+    rounds.add_argument("--concurrency", type=int, default=16)
+    rounds.add_argument("--prompts", default=None,
+                        help="JSONL prompt file (default: the packaged held-out set)")
+    rounds.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    rounds.add_argument("--max-tokens", type=int, default=64)
+    rounds.add_argument("--k", type=int, default=4, help="draft length K")
+    rounds.add_argument("--passes", type=int, default=2)
+    rounds.add_argument("--device", default="auto")
+    rounds.add_argument("--dtype", default="auto")
+    rounds.add_argument("--json", dest="json_out", default=None, help="write results here")
+
 
 def run(args: argparse.Namespace) -> int:
+    if args.bench == "rounds":
+        return run_rounds(args)
     import time
 
     import torch
@@ -113,4 +134,37 @@ def run(args: argparse.Namespace) -> int:
         "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
+    return 0
+
+
+def run_rounds(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from specd import SpecdError
+    from specd.worker.bench import round_breakdown
+    from specd.worker.bench.groups import parse_groups
+    from specd.worker.bench.prompts import HELDOUT_PROMPTS, encode_prompts, read_prompt_file
+    from specd.worker.model import load_model
+
+    groups = parse_groups(args.groups)
+    if any(g.peer for g in groups):
+        raise SpecdError("specd bench rounds runs engine groups only")
+    if min(args.concurrency, args.max_tokens, args.k, args.passes) < 1:
+        raise SpecdError("--concurrency, --max-tokens, --k and --passes must be >= 1")
+    torch.manual_seed(0)
+    loaded = load_model(args.model, args.device, args.dtype)
+    rows = read_prompt_file(args.prompts or HELDOUT_PROMPTS)
+    prompts = encode_prompts(rows[: args.limit] if args.limit else rows, loaded.tokenizer)
+    results = round_breakdown.run(loaded, groups, prompts, args.concurrency, args.max_tokens,
+                                  args.k, args.passes)
+    doc = round_breakdown.summarise(results, args.concurrency)
+    print(round_breakdown.format_table(doc))
+    if args.json_out:
+        meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
+                "passes": args.passes, "prompts": len(prompts), "dtype": str(loaded.dtype),
+                "device": str(loaded.device)}
+        with open(args.json_out, "w") as f:
+            json.dump({"meta": meta, "groups": doc}, f, indent=1)
     return 0

@@ -19,6 +19,14 @@ def learnt(costs: CostTable, conf: float = 0.9, draft_s: float = 0.01,
     return gate
 
 
+def measured_both(gate: DraftGate, n: int, drafting_wins: bool) -> DraftGate:
+    """Both kinds of round recorded often enough to compare, at batch size ``n``."""
+    for _ in range(gate.outcomes.min_rounds):
+        gate.record(RoundOutcome(n, True, 1.0 if drafting_wins else 3.0, 2 * n))
+        gate.record(RoundOutcome(n, False, 1.0, n))
+    return gate
+
+
 def run(gate: DraftGate, n: int, rounds: int, measured: bool = True) -> list[bool]:
     return [gate.choose(POLICY, [POLICY] * n, n, n, measured).draft for _ in range(rounds)]
 
@@ -54,7 +62,7 @@ def test_a_measured_loss_overrules_a_predicted_gain_and_a_measured_win_does_not(
 
 
 def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_holds() -> None:
-    gate = learnt(STEEP)  # plain wins: drafting only in probes
+    gate = measured_both(learnt(STEEP), 1, drafting_wins=False)  # drafting only in probes
     first, long_run = DraftGate.probe_share_bound()
     choices = run(gate, 1, 2000)
     probes = [i for i, drafted in enumerate(choices) if drafted]
@@ -65,10 +73,32 @@ def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_hol
     assert sum(choices[-1000:]) <= long_run * 1000 + 1
 
 
+def test_probes_keep_their_first_interval_until_the_other_choice_is_measured() -> None:
+    """A prediction can be wrong; what overrules it is the measured comparison, which needs
+    ``min_rounds`` of each kind. Backing off before that would let a wrong decision stand
+    for hundreds of rounds."""
+    gate = learnt(STEEP)  # predicted: plain; drafting never measured yet
+    need = gate.outcomes.min_rounds
+    probes: list[int] = []
+    for i in range(20 * (DraftGate.PROBE_EVERY + 1)):
+        if gate.choose(POLICY, [POLICY], 1, 1, True).draft:
+            probes.append(i)
+            gate.record(RoundOutcome(1, True, 3.0, 1))
+        else:
+            gate.record(RoundOutcome(1, False, 1.0, 1))
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    steady = DraftGate.PROBE_EVERY + 1
+    # probe k fires with k - 1 drafting rounds measured: the first interval holds until
+    # ``need`` are, then it backs off
+    assert gaps[:need] == [steady] * need
+    assert gaps[need] == 2 * DraftGate.PROBE_EVERY + 1
+    assert len(probes) <= DraftGate.probe_share_bound()[0] * 20 * steady + 1
+
+
 def test_each_situation_keeps_its_own_probe_interval_and_unmeasured_rounds_never_probe() -> None:
     """The decision flips as newcomers' prefills come and go: a shared interval kept falling
     back to the shortest; each (decision, bucket) backs off on its own."""
-    gate = learnt(FREE, sizes=(1, 16))
+    gate = measured_both(measured_both(learnt(FREE, sizes=(1, 16)), 1, True), 16, False)
     gate._predicted[(16, 16, (id(POLICY),) * 16)] = False  # at 16 the prediction is plain
     flips = {1: 0, 16: 0}
     for _ in range(100):

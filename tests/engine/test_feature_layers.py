@@ -17,9 +17,12 @@ LAYERS = [2, 15, 26]
 
 @pytest.fixture(scope="module")
 def feature_net(target):
-    from specd.worker.drafters.registry import untrained_net
+    """The packaged semi-ar drafter: trained, it reads these target layers."""
+    from specd.worker.drafters.artifacts import load_drafter
 
-    return untrained_net("semi-ar", target.model, num_positions=4, seed=5, feature_layers=LAYERS)
+    net = load_drafter("semi-ar", target)
+    assert net.feature_layers == LAYERS
+    return net
 
 
 class Recording:
@@ -41,7 +44,7 @@ def test_engine_hands_the_drafter_the_target_layers(target, runner, feature_net,
                                                     same_or_near_tie):
     from specd.worker.engine.engine import Engine
 
-    prompts = [chat_prompt_ids("Repeat exactly, three times: one two three four."),
+    prompts = [chat_prompt_ids("Repeat exactly, five times, the line: the cat sat on the mat."),
                chat_prompt_ids("Name three colours.")]
     plain = Engine(target, EngineConfig(drafter="none", max_slots=4, max_context=512,
                                         cost_profile="none"), Policy(mode="plain"), runner=runner)
@@ -58,6 +61,8 @@ def test_engine_hands_the_drafter_the_target_layers(target, runner, feature_net,
     for p, out, ref in zip(prompts, outs, refs, strict=True):
         same_or_near_tie(p, out.token_ids, ref)
         assert out.spec.drafted > 0
+    # the accept path ran: identical tokens with every draft rejected would prove nothing
+    assert sum(o.spec.accepted for o in outs) > 0
     assert recorder.calls
     # every round's features are the target's own at the last cached position of each row
     for tokens, hidden, layers in recorder.calls[:3] + recorder.calls[-2:]:

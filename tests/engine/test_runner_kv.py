@@ -125,9 +125,23 @@ def test_layer_hidden_matches_hf(target, runner, chat_prompt_ids):
         runner.forward(cache, [Row(sa, a[:1], "last")], layers=(99,))
 
 
+def test_row_totals_straddle_every_tile_step():
+    """A busy round is R one-token rows plus a few drafts: its table must hold R + 1 (the
+    first drafted token crosses a 16-row kernel tile at R = 16) and both sides of each
+    multiple of 16 up to R x TOKENS_PER_ROW."""
+    from specd.worker.engine.cost import TOKENS_PER_ROW, _row_totals, _spread
+
+    totals = _row_totals(16, 512)
+    assert totals[:2] == [16, 17] and {32, 33, 48, 49, 64, 65, 96, 97} <= set(totals)
+    assert max(totals) == 16 * TOKENS_PER_ROW and totals == sorted(set(totals))
+    assert _row_totals(16, 40)[-1] <= 40
+    assert _spread(17, 16) == [2] + [1] * 15  # the extra token on one row
+
+
 def test_cost_profile_measures_rows_of_one_and_rows_of_drafts(runner):
-    """Start-up profiling times rows of one token and R = 1, 2, 4 rows of 1, 2, ... tokens,
-    every table monotone, and leaves the cache and the runner's padding as it found them."""
+    """Start-up profiling times rows of one token and R = 1, 2, 4 rows carrying R, R + 1, ...
+    tokens, every table monotone, and leaves the cache and the runner's padding as it found
+    them."""
     from specd.worker.engine.cost import ONE_ROW_TOKENS, measure_costs
 
     cache = runner.new_cache(4, 64)
@@ -141,7 +155,8 @@ def test_cost_profile_measures_rows_of_one_and_rows_of_drafts(runner):
     rows = dict(costs.by_rows)
     assert sorted(rows) == [1, 2, 4]
     assert rows[1].tokens == tuple(range(1, 9))  # one row: 1..17 tokens, capped at max_tokens
-    assert rows[2].tokens == (2, 4, 6, 8) and rows[4].tokens == (4, 8)
+    # the grid's points between whole multiples too (the dense start: every size)
+    assert rows[2].tokens == tuple(range(2, 9)) and rows[4].tokens == tuple(range(4, 9))
     for table in (costs, *rows.values()):
         assert all(a <= b for a, b in zip(table.seconds, table.seconds[1:], strict=False))
         assert all(s > 0 for s in table.seconds)

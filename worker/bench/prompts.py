@@ -15,6 +15,9 @@ from specd.api.metrics import task_group
 from specd.api.prompt_file import read_prompt_file  # also re-exported for the callers
 
 DEFAULT_PROMPTS = Path(__file__).with_name("prompts.jsonl")
+# written apart from the training templates and the default set (shares no phrase with
+# either, ``tests/test_bench_prompts.py``): traffic the drafters were never tuned on
+HELDOUT_PROMPTS = Path(__file__).with_name("prompts_heldout.jsonl")
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,8 @@ def encode_prompts(rows: list[dict[str, Any]], tokenizer: Any) -> list[BenchProm
     return prompts
 
 
-def benchmark_texts(path: str | Path = DEFAULT_PROMPTS) -> set[str]:
-    """Every message text of a prompt file: what training prompt families must never contain,
-    so the benchmark stays held out."""
-    return {m["content"] for row in read_prompt_file(path) for m in row.get("messages", [])}
+def benchmark_texts(*paths: str | Path) -> set[str]:
+    """Every message text of the prompt files (default: both benchmark sets): what training
+    prompt families must never contain, so the benchmarks stay held out."""
+    return {m["content"] for path in paths or (DEFAULT_PROMPTS, HELDOUT_PROMPTS)
+            for row in read_prompt_file(path) for m in row.get("messages", [])}

@@ -4,7 +4,12 @@ requests.
 Modules (one job each):
 - ``api``        in-process types (SamplingParams, GenerationRequest, StreamEvent, ...); no torch
 - ``engine``     the facade: async submit/stream, cancel, set_policy, stats, start/stop, generate
-- ``core``       one round over the running batch (admission, chunked prefill, commit, stops)
+- ``core``       one round over the running batch, as its phases: plan (admission, chunked
+                 prefill), draft, schedule, verify, commit (stops), end
+- ``draft_gate`` pure: does a scheduled round draft at all (prediction, measured outcomes,
+                 probes with a stated bound)
+- ``round_stats`` what a round did (RoundStats: phases, parts, per group and position counts)
+- ``exporter``   RoundStats -> the Prometheus series, in one place
 - ``llama``      batched ragged Llama forward over the HF weights, final-norm hidden states
 - ``kv_cache``   slot-based preallocated KV cache; rollback = lowering a slot's length
 - ``scheduler``  pure: survival, B* = argmax (N + sum top-B S) / (cost(T + B) + O), O the

@@ -1,11 +1,23 @@
 """The synchronous engine core: one ``step()`` is one round over the running batch.
 
-Round: admit newcomers into free KV slots -> draft (decoding requests, each by its task
-group's policy, ``Policy.for_group``; none in a reference round, ``plain_rounds``) ->
-schedule verify lengths -> ONE batched target forward over every request's pending token plus its
-verified drafts, plus prefill chunks of newcomers -> verify (greedy; speculative sampling,
-the coupled rule for seeded requests) -> commit (roll the KV back to the committed length,
-emit tokens, stop checks).
+``step()`` reads as the round's phases, each a method over typed records:
+
+- ``_plan`` (admit): newcomers into free KV slots, the decoding rows with their task groups'
+  policies (``Policy.for_group``), this round's prefill chunks -> ``_Batch``;
+- ``_draft``: decoding requests draft by their groups' policies; scheduled rows only when
+  the draft gate (``draft_gate.DraftGate``) says drafting pays; none in a reference round
+  (``plain_rounds``) -> ``_Drafts``;
+- ``_schedule``: verify lengths (``scheduler.schedule``); a round without drafts skips it;
+- ``_verify_round``: ONE batched target forward over every request's pending token plus its
+  verified drafts, plus prefill chunks; the acceptance rule per row (greedy; speculative
+  sampling; the coupled rule for seeded requests) -> ``_Verified``;
+- ``_commit_round``: roll the KV back to the committed length, emit tokens, stop checks,
+  count the round -> ``round_stats.RoundStats``;
+- ``_end_round``: the gate records what the round cost; the stats go to the metrics exporter
+  (``exporter.RoundExporter``) in one place.
+
+A round in which no row drafts is exactly a plain round: the drafter does not run, nothing is
+scheduled, the forward carries one token per decoding row.
 
 Invariant per decoding request: the KV cache holds every committed token except the last one
 (the *pending* token), and ``hidden`` is the target's final-norm hidden state at the last
@@ -21,6 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,10 +50,12 @@ from specd.worker.engine.api import (
     SpecStats,
     StreamEvent,
 )
-from specd.worker.engine.draft_gate import DraftGate, RoundOutcome, bucket
-from specd.worker.engine.llama import LlamaRunner, Row
+from specd.worker.engine.draft_gate import DraftGate, RoundOutcome
+from specd.worker.engine.exporter import RoundExporter
+from specd.worker.engine.llama import ForwardOutput, LlamaRunner, Row
 from specd.worker.engine.metrics import EngineMetrics
-from specd.worker.engine.scheduler import CostTable, OnlineCalibration, calibrate, schedule
+from specd.worker.engine.round_stats import PositionCounts, RoundStats
+from specd.worker.engine.scheduler import CostTable, OnlineCalibration, schedule
 
 Sink = Callable[[StreamEvent], None]
 
@@ -78,6 +93,73 @@ class _Seq:
         self.t_first: float | None = None
 
 
+@dataclass
+class _Batch:
+    """The round's rows: decoding requests (with their groups' policies), prefill chunks."""
+
+    decode: list[_Seq]
+    policies: list[Policy]
+    chunks: list[tuple[_Seq, int]]
+    reference: bool  # a reference round: plain for everyone (``plain_rounds``)
+
+    @property
+    def base_tokens(self) -> int:
+        """Tokens the forward carries before any draft."""
+        return len(self.decode) + sum(n for _, n in self.chunks)
+
+    @property
+    def rows(self) -> int:
+        return len(self.decode) + len(self.chunks)
+
+    @property
+    def measured(self) -> bool:
+        """No prefill chunk: the round's cost is the decoding rows' alone."""
+        return not self.chunks
+
+
+@dataclass
+class _Drafts:
+    """Per decoding row: drafted tokens, calibrated confidences, draft distributions."""
+
+    tokens: list[list[int]]
+    confs: list[list[float]]
+    qs: list[torch.Tensor | None]
+    raw: dict[int, tuple[OnlineCalibration, list[float]]] = field(default_factory=dict)
+    ran: bool = False  # the drafter ran (the round's kind: speculative)
+    gate: bool | None = None  # the draft gate's choice for the scheduled rows (None: not asked)
+
+
+@dataclass
+class _Verified:
+    entries: list[tuple[_Seq, list[int], torch.Tensor | None, int]]  # row, verified, q, start
+    results: list[tuple[int, int]]  # (accepted drafts, next token) per entry
+    out: ForwardOutput
+    kv_before: list[int]
+
+
+class _Clock:
+    """Round timings: ``phases`` (the exported ones) and ``parts`` (finer, summing to them)."""
+
+    def __init__(self) -> None:
+        self.t0 = self._phase = self._part = time.perf_counter()
+        self.phases: dict[str, float] = {}
+        self.parts: dict[str, float] = {}
+
+    def mark_part(self, name: str) -> None:
+        now = time.perf_counter()
+        self.parts[name] = self.parts.get(name, 0.0) + now - self._part
+        self._part = now
+
+    def mark(self, phase: str, part: str | None = None) -> None:
+        """End ``phase``; what its parts did not claim goes to ``part`` (default: its name)."""
+        self.mark_part(part or phase)
+        self.phases[phase] = self._part - self._phase
+        self._phase = self._part
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
 class EngineCore:
     def __init__(self, runner: LlamaRunner, drafter: Drafter, tokenizer: Any,
                  config: EngineConfig, policy: Policy, metrics: EngineMetrics,
@@ -89,7 +171,7 @@ class EngineCore:
         self.policy = policy
         self.metrics = metrics
         self.cache = runner.new_cache(config.max_slots, config.max_context)
-        self.costs = costs or CostTable.flat()
+        self._costs = costs or CostTable.flat()
         self.device = runner.device
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         if eos_token_ids is None:
@@ -101,17 +183,16 @@ class EngineCore:
         self._inbox: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
         self.rounds = 0
-        self.phase_seconds = {p: 0.0 for p in mnames.PHASES}
+        self.last_round: RoundStats | None = None
         # swappable: tests inject a wrong rule
         self.verify_sampling = verifier.verify_sampling
         self.verify_coupled = verifier.verify_coupled
-        self.gate = DraftGate(self.costs)  # scheduled mode: does the round draft at all
+        self.gate = DraftGate(self._costs)  # scheduled mode: does the round draft at all
         # one per proposal source: a combined drafter's sources are calibrated apart
         self.online_calibration: dict[str, OnlineCalibration] = {}
         self._group_policies: dict[str, Policy] = {}  # Policy.for_group, per policy
-        self._group_labels: dict[str, tuple[str, str, str, str]] = {}
         self._plain_credit = 0.0  # reference rounds owed (policy.plain_rounds)
-        self._set_policy_labels()
+        self.exporter = RoundExporter(metrics, drafter.name, policy)
 
     # -- inbox (any thread) ----------------------------------------------------------------
     def add(self, req: GenerationRequest, sink: Sink) -> None:
@@ -135,6 +216,25 @@ class EngineCore:
         with self._lock:
             self._inbox.append(("policy", policy))
 
+    @property
+    def costs(self) -> CostTable:
+        """The target's step-cost table (``cost.measure_costs``), which the scheduler and
+        the draft gate price with."""
+        return self._costs
+
+    @costs.setter
+    def costs(self, table: CostTable) -> None:
+        # one table for both: a gate left pricing with the start-up flat table finds that
+        # drafting always pays, and drafts in rounds the scheduler then verifies nothing of
+        self._costs = table
+        self.gate.costs = table
+        self.gate.forget_predictions()
+
+    @property
+    def phase_seconds(self) -> dict[str, float]:
+        """Round time by phase since start (draft, schedule, verify, commit)."""
+        return self.exporter.phase_seconds
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self._inbox)
 
@@ -153,160 +253,180 @@ class EngineCore:
         if not self.running:
             self._gauges()
             return False
-        policy = self.policy
-        t0 = time.perf_counter()
-        decode = [s for s in self.running if s.decoding]
-        prefill = [s for s in self.running if not s.decoding]
+        clock = _Clock()
+        batch = self._plan()
+        drafts = self._draft(batch, clock)
+        clock.mark("draft")
+        lengths = self._schedule(batch, drafts, overhead=clock.elapsed())
+        clock.mark("schedule")
+        verified = self._verify_round(batch, drafts, lengths, clock)
+        clock.mark("verify", part="accept")
+        stats = self._commit_round(batch, drafts, verified)
+        clock.mark("commit")
+        stats.phases, stats.parts = clock.phases, clock.parts
+        self._end_round(batch, drafts, stats, verified)
+        return True
 
-        # prefill allowance: a whole prompt when nothing decodes, else one chunk per round
+    def _plan(self) -> _Batch:
+        """Admit: the decoding rows with their groups' policies, and this round's prefill
+        chunks (a whole prompt when nothing decodes, else one chunk per round)."""
+        policy = self.policy
+        decode = [s for s in self.running if s.decoding]
         budget = (policy.max_batch_tokens if not decode else
                   min(self.config.prefill_chunk, max(policy.max_batch_tokens - len(decode), 1)))
         chunks: list[tuple[_Seq, int]] = []
-        for s in prefill:
+        for s in self.running:
+            if s.decoding:
+                continue
             n = min(len(s.prompt) - s.prefilled, budget)
             if n <= 0:
                 break
             chunks.append((s, n))
             budget -= n
-        base_tokens = len(decode) + sum(n for _, n in chunks)
+        return _Batch(decode, [self._group_policy(s.group) for s in decode], chunks,
+                      reference=bool(decode) and self._reference_round(policy))
 
-        # draft: each request by its task group's policy (plain groups draft nothing);
-        # scheduled rows skip the drafter when a plain round is predicted to win
-        with_context = self.drafter.needs_context  # the drafter reads every committed position
-        policies = [self._group_policy(s.group) for s in decode]
-        reference = bool(decode) and self._reference_round(policy)
-        drafting = ([] if self.drafter.name == "none" or reference else
-                    [i for i, p in enumerate(policies) if p.mode != "plain"])
-        gated = [i for i in drafting if policies[i].mode == "scheduled"]
-        all_scheduled = (bool(decode) and self.drafter.name != "none"
-                         and all(p.mode == "scheduled" for p in policies))
-        scheduled_draft = bool(gated) and self.gate.choose(
-            policy, [policies[i] for i in gated], base_tokens, rows=len(decode) + len(chunks),
-            measured=not chunks).draft
-        if not scheduled_draft:
-            drafting = [i for i in drafting if policies[i].mode != "scheduled"]
-        speculate = bool(drafting)
-        drafts: list[list[int]] = [[] for _ in decode]
-        confs: list[list[float]] = [[] for _ in decode]
-        qs: list[torch.Tensor | None] = [None] * len(decode)
-        raw_conf: dict[int, tuple[OnlineCalibration, list[float]]] = {}
-        ran_drafter = False  # the round paid for drafting (its kind: speculative)
-        if speculate:
-            rows, idx = [], []
-            for i in drafting:
-                s, p = decode[i], policies[i]
-                want_k = p.k_max if p.mode == "scheduled" else p.fixed_length
-                k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
-                if k > 0:
-                    ctx = torch.cat(s.context) if with_context else None
-                    rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature,
-                                         s.params.seed if s.coupled else None, ctx,
-                                         position=len(s.output)))
-                    idx.append(i)
-            if rows:
-                ran_drafter = True
-                td = time.perf_counter()
-                hidden = (torch.stack([decode[i].hidden for i in idx])
-                          if self.drafter.needs_hidden else None)
-                layers = (torch.stack([decode[i].layers for i in idx])
-                          if self.drafter.feature_layers else None)
-                prop = self.drafter.propose(rows, hidden, self.generator, layers)
-                if with_context:  # the drafter has them now
-                    for i in idx:
-                        decode[i].context = []
-                for j, i in enumerate(idx):
-                    source = prop.sources[j] if prop.sources else self.drafter.name
-                    cal = self.online_calibration.get(source)
-                    if cal is None:
-                        cal = self.online_calibration[source] = OnlineCalibration()
-                    drafts[i] = prop.tokens[j]
-                    confs[i] = cal.apply(prop.confidence[j])
-                    qs[i] = prop.q[j] if prop.q else None
-                    raw_conf[i] = (cal, prop.confidence[j])
-                self.gate.learn(len(drafting), [confs[i] for i in idx],
-                                time.perf_counter() - td)
-        t1 = time.perf_counter()
+    def _draft(self, batch: _Batch, clock: _Clock) -> _Drafts:
+        """Each request by its task group's policy (plain groups draft nothing); scheduled
+        rows draft only when the gate says drafting pays (else, for them, a plain round)."""
+        n = len(batch.decode)
+        drafts = _Drafts([[] for _ in range(n)], [[] for _ in range(n)], [None] * n)
+        if self.drafter.name == "none" or batch.reference:
+            return drafts
+        drafting = [i for i, p in enumerate(batch.policies) if p.mode != "plain"]
+        gated = [i for i in drafting if batch.policies[i].mode == "scheduled"]
+        if gated:
+            drafts.gate = self.gate.choose(
+                self.policy, [batch.policies[i] for i in gated], batch.base_tokens,
+                rows=batch.rows, measured=batch.measured).draft
+            clock.mark_part("gate")
+            if not drafts.gate:
+                drafting = [i for i in drafting if batch.policies[i].mode != "scheduled"]
+        rows, idx = [], []
+        with_context = self.drafter.needs_context
+        for i in drafting:
+            s, p = batch.decode[i], batch.policies[i]
+            want_k = p.k_max if p.mode == "scheduled" else p.fixed_length
+            k = min(want_k, self.drafter.max_k, s.params.max_tokens - len(s.output) - 1)
+            if k > 0:
+                ctx = torch.cat(s.context) if with_context else None
+                rows.append(DraftRow(s.id, s.tokens, k, s.params.temperature,
+                                     s.params.seed if s.coupled else None, ctx,
+                                     position=len(s.output)))
+                idx.append(i)
+        if not rows:
+            return drafts
+        drafts.ran = True
+        td = time.perf_counter()
+        hidden = (torch.stack([batch.decode[i].hidden for i in idx])
+                  if self.drafter.needs_hidden else None)
+        layers = (torch.stack([batch.decode[i].layers for i in idx])
+                  if self.drafter.feature_layers else None)
+        prop = self.drafter.propose(rows, hidden, self.generator, layers)
+        if with_context:  # the drafter has them now
+            for i in idx:
+                batch.decode[i].context = []
+        for j, i in enumerate(idx):
+            source = prop.sources[j] if prop.sources else self.drafter.name
+            cal = self.online_calibration.get(source)
+            if cal is None:
+                cal = self.online_calibration[source] = OnlineCalibration()
+            drafts.tokens[i] = prop.tokens[j]
+            drafts.confs[i] = cal.apply(prop.confidence[j])
+            drafts.qs[i] = prop.q[j] if prop.q else None
+            drafts.raw[i] = (cal, prop.confidence[j])
+        self.gate.learn(len(drafting), [drafts.confs[i] for i in idx], time.perf_counter() - td)
+        return drafts
 
-        # schedule
+    def _schedule(self, batch: _Batch, drafts: _Drafts, overhead: float) -> list[int]:
+        """Verify lengths; a round with no draft is a plain round (nothing to schedule)."""
+        if not drafts.ran:
+            return [0] * len(batch.decode)
         # the round so far (drafting) is part of its time whatever gets verified
-        sched = schedule(policy, confs, base_tokens, self.costs.for_rows(len(decode) + len(chunks)),
-                         overhead=t1 - t0, rows=policies)
-        lengths = sched.lengths
-        t2 = time.perf_counter()
+        return schedule(self.policy, drafts.confs, batch.base_tokens,
+                        self.costs.for_rows(batch.rows), overhead=overhead,
+                        rows=batch.policies).lengths
 
-        # verify: one forward for everyone
+    def _verify_round(self, batch: _Batch, drafts: _Drafts, lengths: list[int],
+                      clock: _Clock) -> _Verified:
+        """One target forward over every request's pending token and its verified drafts,
+        plus the prefill chunks; then the acceptance rule per row."""
         rows = []
         kv_before = []
-        for s, v, d in zip(decode, lengths, drafts, strict=True):
+        for s, v, d in zip(batch.decode, lengths, drafts.tokens, strict=True):
             kv_before.append(self.cache.lengths[s.slot])
             rows.append(Row(s.slot, [s.tokens[-1], *d[:v]], "all"))
         finals = []
-        for s, n in chunks:
+        for s, n in batch.chunks:
             final = s.prefilled + n == len(s.prompt)
-            rows.append(Row(s.slot, s.prompt[s.prefilled: s.prefilled + n], "last" if final else "none"))
+            rows.append(Row(s.slot, s.prompt[s.prefilled: s.prefilled + n],
+                            "last" if final else "none"))
             s.prefilled += n
             if final:
                 finals.append(s)
+        with_context = self.drafter.needs_context
         out = self.runner.forward(self.cache, rows, all_hidden=with_context,
                                   layers=self.drafter.feature_layers)
+        clock.mark_part("forward")
         if with_context:  # prefill chunks: every prompt position is committed
-            for j, (s, n) in enumerate(chunks):
-                at = out.flat_starts[len(decode) + j]
+            for j, (s, n) in enumerate(batch.chunks):
+                at = out.flat_starts[len(batch.decode) + j]
                 s.context.append(out.all_hidden[at: at + n].clone())
         # rows to verify: decoding requests, then prefills that just finished (no drafts)
-        entries = [(s, d[:v], qs[i], out.starts[i]) for i, (s, v, d) in
-                   enumerate(zip(decode, lengths, drafts, strict=True))]
-        n_dec = len(decode)
-        fin_i = [n_dec + j for j, (s, _) in enumerate(chunks) if s in finals]
-        entries += [(chunks[i - n_dec][0], [], None, out.starts[i]) for i in fin_i]
-        results = self._verify(entries, out.logits)
-        t3 = time.perf_counter()
+        entries = [(s, d[:v], drafts.qs[i], out.starts[i]) for i, (s, v, d) in
+                   enumerate(zip(batch.decode, lengths, drafts.tokens, strict=True))]
+        n_dec = len(batch.decode)
+        entries += [(s, [], None, out.starts[n_dec + j])
+                    for j, (s, _) in enumerate(batch.chunks) if s in finals]
+        return _Verified(entries, self._verify(entries, out.logits), out, kv_before)
 
-        # commit
-        # per group: [verified, reached, accepted, predicted] by draft position (0-based)
-        by_pos: dict[str, list[list[float]]] = {}
-        group_counts: dict[str, list[int]] = {}
-        for e, (s, d, _q, start) in enumerate(entries):
-            accepted, nxt = results[e]
+    def _commit_round(self, batch: _Batch, drafts: _Drafts, v: _Verified) -> RoundStats:
+        """Roll each KV back to its committed length, emit tokens, count the round."""
+        stats = RoundStats("speculative" if drafts.ran else "plain", len(batch.decode),
+                           prefill_tokens=sum(n for _, n in batch.chunks))
+        with_context = self.drafter.needs_context
+        out = v.out
+        n_dec = len(batch.decode)
+        for e, (s, d, _q, start) in enumerate(v.entries):
+            accepted, nxt = v.results[e]
             s.hidden = out.hidden[start + accepted]
             if out.layer_hidden is not None:
                 s.layers = out.layer_hidden[start + accepted]
-            if e < n_dec and with_context:  # the pending token and the accepted drafts
-                at = out.flat_starts[e]
-                s.context.append(out.all_hidden[at: at + accepted + 1].clone())
             if e < n_dec:
-                self.cache.truncate(s.slot, kv_before[e] + 1 + accepted)
+                if with_context:  # the pending token and the accepted drafts
+                    at = out.flat_starts[e]
+                    s.context.append(out.all_hidden[at: at + accepted + 1].clone())
+                self.cache.truncate(s.slot, v.kv_before[e] + 1 + accepted)
+                drafted = len(drafts.tokens[e])
                 s.spec.rounds += 1
-                s.spec.drafted += len(drafts[e])
+                s.spec.drafted += drafted
                 s.spec.verified += len(d)
                 s.spec.accepted += accepted
                 s.spec.emitted += accepted + 1
-                c = group_counts.setdefault(s.group, [0, 0, 0, 0, 0])
-                c[0] += len(drafts[e])
-                c[1] += len(d)
-                c[2] += accepted
-                c[3] += accepted + 1
-                c[4] += 1
+                stats.add_request(s.group, drafted, len(d), accepted, s.counted)
                 if d:
-                    self._count_positions(by_pos, s.group, confs[e], policies[e], len(d),
-                                          accepted)
-                if e in raw_conf and d:
-                    cal, raw = raw_conf[e]
-                    cal.update(raw, len(d), accepted)
-                self._hist(s, len(d), accepted)
+                    stats.positions.setdefault(s.group, PositionCounts()).add(
+                        drafts.confs[e], batch.policies[e].calibration, len(d), accepted)
+                    if e in drafts.raw:
+                        cal, raw = drafts.raw[e]
+                        cal.update(raw, len(d), accepted)
             else:
                 s.decoding = True
             self._commit(s, [*d[:accepted], nxt])
-        t4 = time.perf_counter()
+        return stats
 
+    def _end_round(self, batch: _Batch, drafts: _Drafts, stats: RoundStats,
+                   v: _Verified) -> None:
         self.rounds += 1
-        if all_scheduled and not chunks:  # rounds of one kind: their costs compare
-            self.gate.record(RoundOutcome(len(decode), scheduled_draft, t4 - t0,
-                                          sum(results[e][0] + 1 for e in range(n_dec))))
-        self._round_metrics((t1 - t0, t2 - t1, t3 - t2, t4 - t3), group_counts, by_pos,
-                            sum(1 for x in lengths if x > 0),
-                            "speculative" if ran_drafter else "plain", bucket(n_dec))
-        return True
+        # rounds of one kind (every row scheduled, no prefill): their costs compare
+        if (batch.measured and batch.decode and self.drafter.name != "none"
+                and all(p.mode == "scheduled" for p in batch.policies)):
+            committed = sum(v.results[e][0] + 1 for e in range(len(batch.decode)))
+            self.gate.record(RoundOutcome(len(batch.decode), bool(drafts.gate), stats.seconds,
+                                          committed))
+        self.exporter.export(stats)
+        self.last_round = stats
+        self._gauges()
 
     # -- reference rounds ------------------------------------------------------------------
     def _reference_round(self, policy: Policy) -> bool:
@@ -499,8 +619,7 @@ class EngineCore:
                 self.policy = item
                 self.gate.forget_predictions()
                 self._group_policies.clear()
-                self._group_labels.clear()
-                self._set_policy_labels()
+                self.exporter.set_policy(item)
 
     def _cancel(self, request_id: str) -> None:
         for s in list(self.waiting):
@@ -537,89 +656,11 @@ class EngineCore:
         self.metrics.running.set(len(self.running))
         self.metrics.kv_usage.set(self.cache.usage())
 
-    def _set_policy_labels(self) -> None:
-        labels = (self.drafter.name, self.policy.mode, self.policy.version())
-        self._labels = labels
-        self.metrics.policy_info.clear()
-        self.metrics.policy_info.labels(self.policy.mode, labels[2], self.drafter.name).set(1)
-        m = self.metrics
-        self._phase = {p: m.phase.labels(*labels, p) for p in mnames.PHASES}
-        self._rounds_c = m.rounds.labels(*labels)
-        self._vlen = m.verify_length.labels(*labels)
-        self._vreq = m.verified_requests.labels(*labels)
-
     def _group_policy(self, group: str) -> Policy:
         policy = self._group_policies.get(group)
         if policy is None:
             policy = self._group_policies[group] = self.policy.for_group(group)
         return policy
-
-    def _labels_of(self, group: str) -> tuple[str, str, str, str]:
-        """(drafter, the group's own mode, policy version, group): per-group series."""
-        labels = self._group_labels.get(group)
-        if labels is None:
-            labels = self._group_labels[group] = (
-                self._labels[0], self._group_policy(group).mode, self._labels[2], group)
-        return labels
-
-    def _hist(self, s: _Seq, verified: int, accepted: int) -> None:
-        self._vlen.observe(verified)
-        if s.counted:
-            self.metrics.acceptance_length.labels(*self._labels_of(s.group)).observe(accepted + 1)
-
-    @staticmethod
-    def _count_positions(by_pos: dict[str, list[list[float]]], group: str, conf: list[float],
-                         policy: Policy, verified: int, accepted: int) -> None:
-        """Position i was verified; reached: verified with every draft before it accepted
-        (where conditional acceptance and the predicted confidence are compared)."""
-        rows = by_pos.setdefault(group, [[], [], [], []])
-        while len(rows[0]) < verified:
-            for r in rows:
-                r.append(0.0)
-        predicted = calibrate(conf[:verified], policy.calibration)
-        for i in range(verified):
-            rows[0][i] += 1
-        for i in range(min(accepted + 1, verified)):
-            rows[1][i] += 1
-            rows[3][i] += predicted[i]
-        for i in range(accepted):
-            rows[2][i] += 1
-
-    def _round_metrics(self, phases: tuple[float, ...], group_counts: dict[str, list[int]],
-                       by_pos: dict[str, list[list[float]]], verified_requests: int,
-                       kind: str, batch: int) -> None:
-        m = self.metrics
-        seconds = sum(phases)
-        for name, sec in zip(mnames.PHASES, phases, strict=True):
-            self._phase[name].observe(sec)
-            self.phase_seconds[name] += sec
-        self._rounds_c.inc()
-        if verified_requests:
-            self._vreq.inc(verified_requests)
-        for group, (dr, ve, ac, em, rows) in group_counts.items():
-            lab = self._labels_of(group)
-            kind_labels = (group, lab[1], kind, str(batch))
-            m.decode_seconds.labels(*kind_labels).inc(seconds * rows)
-            m.decode_tokens.labels(*kind_labels).inc(em)
-            if dr:
-                m.drafted.labels(*lab).inc(dr)
-                m.truncated.labels(*lab).inc(dr - ve)
-            if ve:
-                m.verified.labels(*lab).inc(ve)
-            if ac:
-                m.accepted.labels(*lab).inc(ac)
-            m.emitted.labels(*lab).inc(em)
-        for group, (verified, reached, accepted, predicted) in by_pos.items():
-            lab = self._labels_of(group)
-            for i, n in enumerate(verified):
-                position = str(i + 1)
-                m.verified_pos.labels(*lab, position).inc(n)
-                if reached[i]:
-                    m.reached_pos.labels(*lab, position).inc(reached[i])
-                    m.predicted_pos.labels(*lab, position).inc(predicted[i])
-                if accepted[i]:
-                    m.accepted_pos.labels(*lab, position).inc(accepted[i])
-        self._gauges()
 
 
 def _copy(spec: SpecStats) -> SpecStats:

@@ -18,10 +18,10 @@ from specd.worker.engine.scheduler import CostTable
 ONE_ROW_TOKENS = 17
 TOKENS_PER_ROW = 8
 # dense where kernels are irregular (every size measured, padding can pick the cheaper one),
-# then both sides of each multiple of 16: CPU GEMM kernels work in 16-row tiles, so cost is a
-# staircase (measured on the dev machine: 32 tokens 101 ms, 33 tokens 119 ms; 64 -> 65:
-# 162 -> 182 ms) and a table that only interpolates between 32 and 48 prices the 33rd token
-# at a tenth of what it costs
+# then both sides of each multiple of 16 (for every row count, ``_row_totals``): CPU GEMM
+# kernels work in 16-row tiles, so cost is a staircase (measured on the dev machine: 32
+# tokens 101 ms, 33 tokens 119 ms; 64 -> 65: 162 -> 182 ms) and a table that only
+# interpolates between 32 and 48 prices the 33rd token at a tenth of what it costs
 GRID = (*range(1, 18), 24, *(t for m in (32, 48, 64, 96, 128, 192, 256) for t in (m, m + 1)))
 
 
@@ -38,8 +38,8 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
     One token per row by default: a busy batch is many one-token rows plus a few drafts, and
     per-row work makes 32 rows of 1 token dearer than 6 rows of 5-6 (the staircase steps the
     scheduler must see are measured in that shape). Then, for R = 1, 2, 4, ... rows, R rows
-    of 1, 2, 3, ... tokens each (``CostTable.by_rows``: what a round of R requests verifying
-    their drafts costs).
+    carrying R, R + 1, ... tokens (``_row_totals``; ``CostTable.by_rows``: what a round of R
+    requests verifying their drafts costs).
 
     Needs free slots in ``cache`` (run before serving); leaves the cache as it found it.
     Measures raw shapes (the runner's padding is off meanwhile); the caller installs the
@@ -59,12 +59,11 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
         seconds = _time_layouts(runner, cache, slots, layouts, context, repeats)
         rows = 1
         while rows <= max_rows:
-            per_row = ONE_ROW_TOKENS if rows == 1 else TOKENS_PER_ROW
-            layouts = [[u] * rows for u in range(1, per_row + 1) if u * rows <= max_tokens]
-            times = _time_layouts(runner, cache, slots, layouts, context, repeats)
+            totals = _row_totals(rows, max_tokens)
+            times = _time_layouts(runner, cache, slots, [_spread(t, rows) for t in totals],
+                                  context, repeats)
             if len(times) >= 2:
-                table = CostTable.from_measurements([rows * u for u in range(1, len(times) + 1)],
-                                                    times)
+                table = CostTable.from_measurements(totals[: len(times)], times)
                 by_rows.append((rows, replace(table, pad_to=())))
             rows *= 2
     finally:
@@ -73,6 +72,19 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
             cache.release(s)
     table = CostTable.from_measurements(grid[: len(seconds)], seconds)
     return replace(table, by_rows=tuple(by_rows))
+
+
+def _row_totals(rows: int, max_tokens: int) -> list[int]:
+    """Token totals to time for a forward of ``rows`` requests: every row 1, 2, ... tokens
+    (up to ONE_ROW_TOKENS for one row, TOKENS_PER_ROW for more), and the grid's points in
+    between, spread over the rows (``_spread``: the shape of a busy round, one token per row
+    and a few rows carrying drafts). The in-between points catch the tile steps: one drafted
+    token on top of 16 one-token rows crosses a kernel tile and costs many times what a
+    table of whole multiples (16, 32, ...) interpolates for it."""
+    per_row = ONE_ROW_TOKENS if rows == 1 else TOKENS_PER_ROW
+    whole = {rows * u for u in range(1, per_row + 1)}
+    between = {t for t in GRID if rows < t < rows * per_row}
+    return sorted(t for t in whole | between if t <= max_tokens)
 
 
 def _spread(total: int, n_rows: int) -> list[int]:

@@ -19,8 +19,9 @@ the drafter is a plain round. The gate decides from two sources:
 choice again, so now and then the other choice runs once (a probe). Each situation
 (decision, batch bucket) keeps its own interval (with newcomers' prefills coming and going the
 decision flips often, and one shared interval kept falling back to the shortest): the first
-probe comes after ``PROBE_EVERY`` rounds and the interval doubles each time the decision
-still holds, up to ``PROBE_MAX``. So probes are at most 1 / (PROBE_EVERY + 1) of a
+probe comes after ``PROBE_EVERY`` rounds; once the other choice has been measured often
+enough to be compared (``DraftOutcomes.min_rounds``) the interval doubles each time the
+decision still holds, up to ``PROBE_MAX``. So probes are at most 1 / (PROBE_EVERY + 1) of a
 situation's rounds, and their share falls towards 1 / (PROBE_MAX + 1) while the other choice
 keeps losing (``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
 no prefill chunk in the batch), so every probe pays for a measurement.
@@ -116,7 +117,10 @@ class DraftGate:
         probe = self._probes.setdefault((want, b), [0, self.PROBE_EVERY])
         if probe[0] >= probe[1]:
             probe[0] = 0
-            probe[1] = min(2 * probe[1], self.PROBE_MAX)
+            # back off only once the other choice is measured: until then a wrong prediction
+            # stands for as long as the measurement that would overrule it takes
+            if self.outcomes.count(b, not want) >= self.outcomes.min_rounds:
+                probe[1] = min(2 * probe[1], self.PROBE_MAX)
             return Choice(not want, probe=True, why=f"probe ({why})")
         probe[0] += 1
         return Choice(want, why=why)

@@ -313,6 +313,10 @@ class DraftOutcomes:
         self._tokens[key] = (self._tokens.get(key, committed)
                              + rate * (committed - self._tokens.get(key, committed)))
 
+    def count(self, bucket: int, drafted: bool) -> int:
+        """Rounds of this kind recorded in the bucket."""
+        return self._count.get((bucket, drafted), 0)
+
     def relative_cost(self, bucket: int, drafted: bool) -> float | None:
         """Mean round cost per committed token, in plain-token units (None: not seen)."""
         key = (bucket, drafted)
@@ -320,7 +324,6 @@ class DraftOutcomes:
 
     def drafting_wins(self, bucket: int) -> bool | None:
         """True/False once both kinds of round were seen ``min_rounds`` times, else None."""
-        if min(self._count.get((bucket, True), 0), self._count.get((bucket, False), 0)) \
-                < self.min_rounds:
+        if min(self.count(bucket, True), self.count(bucket, False)) < self.min_rounds:
             return None
         return self.relative_cost(bucket, True) < self.relative_cost(bucket, False)  # type: ignore[operator]

@@ -1,0 +1,118 @@
+"""``specd bench rounds``: where a round's time goes, per group, side by side in one run.
+
+Each group's engine runs the same prompts at one concurrency, the groups taking turns pass by
+pass (order alternating). Every round's ``RoundStats`` is kept; the report compares rounds of
+the same shape: full-batch decode rounds (``concurrency`` decoding rows, no prefill chunk in
+the forward). For each group: the mean milliseconds of each part (gate, draft, schedule,
+forward, accept, commit; they sum to the round), rounds that drafted vs not, drafted tokens
+verified per request per round, and the whole run's tokens/s against plain. A scheduled round
+that verifies (almost) nothing should cost what a plain round of the same batch costs; the
+parts say which phase pays when it does not.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specd.worker.bench.groups import Group
+from specd.worker.bench.prompts import BenchPrompt
+
+PARTS = ("gate", "draft", "schedule", "forward", "accept", "commit")
+
+
+@dataclass
+class GroupRounds:
+    name: str
+    rounds: list[Any] = field(default_factory=list)  # RoundStats
+    seconds: float = 0.0
+    tokens: int = 0
+
+
+def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], concurrency: int,
+        max_tokens: int, k: int, passes: int, engine_options: dict[str, Any] | None = None
+        ) -> dict[str, GroupRounds]:
+    """Every group over ``prompts`` at ``concurrency``, ``passes`` times, on this thread."""
+    from specd.worker.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
+
+    max_prompt = max(len(p.token_ids) for p in prompts)
+    engines = {}
+    for g in groups:
+        config = EngineConfig(drafter=g.drafter, prompt_lookup=g.lookup, max_slots=concurrency,
+                              max_context=max_prompt + max_tokens + 2 * k + 8,
+                              **(engine_options or {}))
+        engine = Engine(loaded, config, policy=g.policy(k))
+        engine.prepare()  # its step-cost table, as a serving engine measures at start
+        engines[g.name] = engine
+    out = {g.name: GroupRounds(g.name) for g in groups}
+    for turn in range(passes):
+        for g in (groups if turn % 2 == 0 else list(reversed(groups))):
+            core, rec = engines[g.name].core, out[g.name]
+            for p in prompts:
+                core.add(GenerationRequest(list(p.token_ids),
+                                           SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                                           p.task_group), lambda _event: None)
+            began = time.perf_counter()
+            while core.step():
+                rec.rounds.append(core.last_round)
+            rec.seconds += time.perf_counter() - began
+            rec.tokens += len(prompts) * max_tokens
+    return out
+
+
+def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, Any]:
+    plain = results.get("plain")
+    plain_rate = plain.tokens / plain.seconds if plain and plain.seconds else None
+    doc: dict[str, Any] = {}
+    for name, rec in results.items():
+        full = [r for r in rec.rounds if r.rows == concurrency and not r.prefill_tokens]
+        drafted = [r for r in full if r.kind == "speculative"]
+        rate = rec.tokens / rec.seconds if rec.seconds else 0.0
+
+        def mean_ms(rounds: list[Any]) -> dict[str, float]:
+            if not rounds:
+                return {}
+            parts = {p: 1e3 * statistics.mean(r.parts.get(p, 0.0) for r in rounds)
+                     for p in PARTS}
+            parts["round"] = 1e3 * statistics.mean(r.seconds for r in rounds)
+            return {p: round(v, 3) for p, v in parts.items()}
+
+        doc[name] = {
+            "tokens_per_s": round(rate, 2),
+            "vs_plain": round(rate / plain_rate, 3) if plain_rate else None,
+            "rounds": len(rec.rounds),
+            "full_batch_rounds": len(full),
+            "drafted_share": round(len(drafted) / len(full), 4) if full else None,
+            "verified_per_request": (round(sum(r.verified for r in full)
+                                           / (len(full) * concurrency), 4) if full else None),
+            "tokens_per_round": (round(sum(sum(c.emitted for c in r.groups.values())
+                                           for r in full) / len(full), 3) if full else None),
+            "ms_per_full_round": mean_ms(full),
+            "ms_drafted": mean_ms(drafted),
+            "ms_not_drafted": mean_ms([r for r in full if r.kind == "plain"]),
+        }
+    return doc
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    head = ["group", "tok/s", "vs plain", "drafted", "verified/req", "tok/round", "round ms",
+            *PARTS]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for name, d in doc.items():
+        for label, ms in (("", d["ms_per_full_round"]), (" (drafted)", d["ms_drafted"]),
+                          (" (not drafted)", d["ms_not_drafted"])):
+            if not ms or (label and d["drafted_share"] in (0.0, 1.0, None)):
+                continue
+            first = not label
+            lines.append(" | ".join([
+                name + label,
+                f"{d['tokens_per_s']:.1f}" if first else "",
+                f"{d['vs_plain']:.3f}" if first and d["vs_plain"] is not None else "",
+                f"{d['drafted_share']:.3f}" if first else "",
+                f"{d['verified_per_request']:.3f}" if first else "",
+                f"{d['tokens_per_round']:.2f}" if first else "",
+                f"{ms['round']:.2f}", *(f"{ms[p]:.2f}" for p in PARTS)]))
+    return "\n".join(lines)
