@@ -305,6 +305,7 @@ def test_a_round_the_gate_turns_plain_is_exactly_a_plain_round(make_engine, chat
         if stats.rows and stats.kind == "plain":
             assert calls == before  # neither drafted nor scheduled
             assert forwards[-1] == [1] * stats.rows
-            assert stats.verified == 0 and "schedule" not in stats.parts
+            assert stats.verified == 0
     plain = [k for k in kinds[1:] if k == "plain"]
-    assert len(plain) >= len(kinds) - 2 - len(kinds) // (core.gate.PROBE_EVERY + 1)
+    # the first rounds draft to learn; after them only the probes do
+    assert len(plain) >= len(kinds) - 3 - len(kinds) // (core.gate.PROBE_EVERY + 1)
