@@ -251,6 +251,57 @@ def test_haproxy_accepts_the_generated_config(tmp_path: Path) -> None:
     proxy.check(config)
 
 
+@pytest.mark.skipif(not Path(proxy.BINARY).exists(), reason="Debian's haproxy (make apt)")
+def test_a_refused_connection_is_redispatched_to_a_live_server(tmp_path: Path) -> None:
+    """A server that stopped before its endpoint was dropped costs no request: HAProxy retries
+    the connection on the other server (round robin sends every other request to it)."""
+    import http.server
+    import threading
+    import time
+    import urllib.request
+
+    from specd_dev.cluster import processes
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    live = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=live.serve_forever, daemon=True).start()
+    dead, front_port, health = processes.free_ports(3)  # nothing listens on ``dead``
+    front = proxy.Frontend("ns", "svc", "http", 80, front_port,
+                           (("gone", dead), ("live", live.server_address[1])))
+    config, pidfile = tmp_path / "haproxy.cfg", tmp_path / "haproxy.pid"
+    config.write_text(proxy.config_text([front], health))
+    running = subprocess.Popen(proxy.argv(config, pidfile), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{front_port}/v1/chat/completions"
+        for _ in range(100):  # until HAProxy listens
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{health}/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        codes = []
+        for _ in range(10):
+            with urllib.request.urlopen(urllib.request.Request(url, data=b"{}"),
+                                        timeout=10) as response:
+                codes.append(response.status)
+        assert codes == [200] * 10
+    finally:
+        running.terminate()
+        running.wait(timeout=10)
+        live.shutdown()
+
+
 def test_targets_carry_kubernetes_sd_labels_and_the_jobs_agree() -> None:
     p = pod([{"name": "worker", "ports": [{"name": "http", "containerPort": 8000}]}])
     p["metadata"]["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "8000"}

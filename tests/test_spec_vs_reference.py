@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from specd.api import metrics as m
-from specd.worker.bench.spec_vs_reference import parse_group, rates_by_group
+from specd.worker.bench.spec_vs_reference import parse_group, positions, rates_by_group
 
 
 def test_a_group_is_a_name_a_prompt_and_an_optional_temperature() -> None:
@@ -31,3 +31,19 @@ def test_rates_are_read_per_group_and_round_kind_over_every_batch_bucket() -> No
     seconds.labels("chat", "fixed", "plain", "1").inc(0.8)
     assert rates_by_group(registry) == {("chat", "speculative"): (40.0, 2.0),
                                         ("chat", "plain"): (8.0, 0.8)}
+
+
+def test_positions_are_acceptance_and_prediction_where_reached() -> None:
+    registry = CollectorRegistry()
+    labels = (m.LABEL_TASK_GROUP, m.LABEL_POSITION)
+    accepted = Counter(m.ACCEPTED_PER_POSITION, "a", labels, registry=registry)
+    reached = Counter(m.REACHED_PER_POSITION, "r", labels, registry=registry)
+    predicted = Counter(m.PREDICTED_PER_POSITION, "p", labels, registry=registry)
+    for position, (a, r, p) in {"2": (1, 4, 3.0), "1": (6, 10, 9.0)}.items():
+        accepted.labels("chat", position).inc(a)
+        reached.labels("chat", position).inc(r)
+        predicted.labels("chat", position).inc(p)
+    reached.labels("code", "1").inc(0)  # never reached: no ratio
+    assert positions(registry)["chat"] == [(0.6, 10.0, 0.9), (0.25, 4.0, 0.75)]
+    (code,) = positions(registry)["code"]
+    assert code[1] == 0.0 and code[0] != code[0]  # nan

@@ -38,6 +38,27 @@ def rates_by_group(registry: object) -> dict[tuple[str, str], tuple[float, float
     return {k: (t, s) for k, (t, s) in out.items()}
 
 
+def positions(registry: object) -> dict[str, list[tuple[float, float, float]]]:
+    """group -> per draft position 1, 2, ...: (conditional acceptance where reached, times
+    reached, mean predicted confidence where reached), as the tuner reads them."""
+    names = {m.ACCEPTED_PER_POSITION: 0, m.REACHED_PER_POSITION: 1, m.PREDICTED_PER_POSITION: 2}
+    counts: dict[tuple[str, int], list[float]] = {}
+    for family in registry.collect():  # type: ignore[attr-defined]
+        if family.name not in names:
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            key = (sample.labels[m.LABEL_TASK_GROUP], int(sample.labels[m.LABEL_POSITION]))
+            counts.setdefault(key, [0.0, 0.0, 0.0])[names[family.name]] += sample.value
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for (group, _), (accepted, reached, predicted) in sorted(counts.items()):
+        out.setdefault(group, []).append(
+            (accepted / reached, reached, predicted / reached) if reached
+            else (float("nan"), 0.0, float("nan")))
+    return out
+
+
 def parse_group(text: str) -> tuple[str, str, float]:
     """``name=prompt`` or ``name=prompt@temperature``."""
     name, _, rest = text.partition("=")
@@ -55,7 +76,7 @@ def parse_group(text: str) -> tuple[str, str, float]:
 def main(argv: list[str] | None = None) -> None:
     from prometheus_client import CollectorRegistry
 
-    from specd.api.policy import Policy
+    from specd.api.policy import Calibration, Policy
     from specd.worker.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
     from specd.worker.model import load_model
 
@@ -68,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--share", type=float, default=0.3, help="plain_rounds (the reference)")
     ap.add_argument("--group", action="append", type=parse_group, required=True)
+    ap.add_argument("--bias", type=float, default=0.0,
+                    help="calibration bias on every position (logit units; scheduled mode)")
+    ap.add_argument("--survival-floor", type=float, default=0.05)
     args = ap.parse_args(argv)
     loaded = load_model("smollm2-135m", "cpu", "float32")
     groups = []
@@ -76,11 +100,12 @@ def main(argv: list[str] | None = None) -> None:
                                                    add_generation_prompt=True)
         groups.append((name, list(ids if isinstance(ids, list) else ids["input_ids"]), temp))
     policy = Policy(mode=args.mode, k_max=args.k, fixed_length=args.k, max_verify=args.k,
-                    plain_rounds=args.share)
+                    plain_rounds=args.share, survival_floor=args.survival_floor,
+                    calibration=Calibration(bias=[args.bias] if args.bias else []))
     print(f"{args.drafter} {args.mode} K={args.k}, {args.max_tokens} tokens, "
           f"{args.share:.0%} reference rounds")
     print(f"{'c':>3} {'group':>8} {'spec tok/s':>11} {'plain tok/s':>12} {'ratio':>6} "
-          f"{'plain tokens':>13}")
+          f"{'plain tokens':>13}  per position: acceptance/predicted (reached)")
     for c in [int(x) for x in args.concurrency.split(",")]:
         registry = CollectorRegistry()
         engine = Engine(loaded, EngineConfig(drafter=args.drafter, max_slots=c,
@@ -100,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                 sent += 1
             if not core.step():
                 break
-        rates = rates_by_group(registry)
+        rates, by_position = rates_by_group(registry), positions(registry)
         for name, _, _ in groups:
             spec_t, spec_s = rates.get((name, "speculative"), (0.0, 0.0))
             plain_t, plain_s = rates.get((name, "plain"), (0.0, 0.0))
@@ -108,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
             plain_r = plain_t / plain_s if plain_s else float("nan")
             print(f"{c:>3} {name:>8} {spec_r:>11.1f} {plain_r:>12.1f} "
                   f"{spec_r / plain_r if plain_s and spec_s else float('nan'):>6.2f} "
-                  f"{plain_t:>13.0f}")
+                  f"{plain_t:>13.0f}  "
+                  + " ".join(f"{a:.2f}/{p:.2f}({n:.0f})"
+                             for a, n, p in by_position.get(name, [])))
 
 
 if __name__ == "__main__":

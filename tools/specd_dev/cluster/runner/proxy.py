@@ -8,6 +8,11 @@ terminating endpoints that still serve are used when no endpoint is Ready. When 
 runner rewrites the configuration, checks it (``haproxy -c``) and sends SIGUSR2 to the
 master process (master-worker mode): new connections use the new servers, in-flight
 requests finish on the old worker.
+
+A connection refused by a server (a pod stopping just before its endpoint is dropped, the
+race every load balancer in front of Kubernetes has) is retried and redispatched to another
+server, as HAProxy's ``retries``/``option redispatch`` do in front of real clusters: only
+connection failures are retried, so a request is never sent twice.
 """
 
 from __future__ import annotations
@@ -114,6 +119,8 @@ def config_text(fronts: Iterable[Frontend], health_port: int) -> str:
         "    mode http",
         "    log global",
         "    option dontlognull",
+        "    retries 3",
+        "    option redispatch 1",
         "    timeout connect 5s",
         f"    timeout client {TIMEOUT_S}s",
         f"    timeout server {TIMEOUT_S}s",
