@@ -20,8 +20,9 @@ PromQL recipes (rate windows are examples):
                           / sum by (task_group, position) (rate(specd_reached_per_position_total[5m]))
                         sum by (task_group, position) (rate(specd_predicted_per_position_total[5m]))
                           / sum by (task_group, position) (rate(specd_reached_per_position_total[5m]))
-- per-request goodput (committed tokens per second of decode round) by group, round kind
-  (speculative, or plain: the true-plain reference) and batch-size bucket:
+- per-request goodput (committed tokens per second of decode round; rounds that also
+  prefill a chunk are left out of both counters) by group, round kind (speculative, or
+  plain: the true-plain reference) and batch-size bucket:
                         sum by (task_group, round_kind, batch) (rate(specd_decode_tokens_total[5m]))
                           / sum by (task_group, round_kind, batch) (rate(specd_decode_seconds_total[5m]))
 - p95 request latency by task group:

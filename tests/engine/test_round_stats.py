@@ -67,6 +67,15 @@ def test_the_exporter_puts_a_round_on_its_series():
     assert value(m.ACCEPTANCE_LENGTH + "_count", **lab, task_group="chat") == 2
     assert value(m.ACCEPTANCE_LENGTH + "_count", **{**lab, m.LABEL_POLICY_MODE: "plain"},
                  task_group="code") is None
+    # a round that also prefilled a newcomer's chunk is not decode work: left out of both
+    # counters (its chunk would be charged to the decoding rows)
+    with_chunk = a_round(kind="plain", seconds=0.4)
+    with_chunk.prefill_tokens = 64
+    exporter.export(with_chunk)
+    assert value(m.DECODE_SECONDS + "_total", **kind, round_kind="plain") == 0.1
+    assert value(m.DECODE_TOKENS + "_total", **kind, round_kind="plain") == 2
+    assert value(m.ROUNDS + "_total", **lab) == 3  # counted as a round all the same
+    assert abs(exporter.phase_seconds["draft"] - 0.3) < 1e-9
 
 
 def test_a_policy_change_relabels_the_series():

@@ -54,8 +54,12 @@ class RoundExporter:
         for group, c in stats.groups.items():
             lab = self.group_labels(group)
             kind_labels = (group, lab[1], stats.kind, batch)
-            m.decode_seconds.labels(*kind_labels).inc(seconds * c.rows)
-            m.decode_tokens.labels(*kind_labels).inc(c.emitted)
+            if not stats.prefill_tokens:
+                # decode work alone: a round that also prefills a newcomer's chunk charges
+                # that chunk to the decoding rows, more per token to a plain round (fewer
+                # tokens) than to a speculative one, so the reference read plain slow
+                m.decode_seconds.labels(*kind_labels).inc(seconds * c.rows)
+                m.decode_tokens.labels(*kind_labels).inc(c.emitted)
             if c.drafted:
                 m.drafted.labels(*lab).inc(c.drafted)
                 m.truncated.labels(*lab).inc(c.drafted - c.verified)

@@ -66,9 +66,11 @@ class EngineMetrics:
                                   "positions", by_position)
         by_kind = (m.LABEL_TASK_GROUP, m.LABEL_POLICY_MODE, m.LABEL_ROUND_KIND, m.LABEL_BATCH)
         self.decode_seconds = wrap(Counter, m.DECODE_SECONDS,
-                                   "Request-seconds of decode rounds (round time x rows)", by_kind)
+                                   "Request-seconds of decode rounds without a prefill chunk "
+                                   "(round time x rows)", by_kind)
         self.decode_tokens = wrap(Counter, m.DECODE_TOKENS,
-                                  "Tokens committed by decode rounds' rows", by_kind)
+                                  "Tokens committed by the rows of decode rounds without a "
+                                  "prefill chunk", by_kind)
         self.verified_requests = wrap(Counter, m.VERIFIED_REQUESTS, "Request-rounds verifying >= 1 token",
                                          SPEC)
         self.requests = wrap(Counter, m.REQUESTS, "Finished requests by outcome",
