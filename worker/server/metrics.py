@@ -20,7 +20,10 @@ from prometheus_client.registry import Collector
 from specd.api import metrics as names
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-TOKEN_TIME_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
+# steps of sqrt(2): canary analysis compares p95 TPOT between tracks by ratio (a max of 1.5,
+# say), and with doubling buckets one request crossing a boundary moved the ratio by ~2x
+TOKEN_TIME_BUCKETS = (0.005, 0.007, 0.01, 0.014, 0.02, 0.028, 0.04, 0.057, 0.08, 0.113, 0.16,
+                      0.226, 0.32, 0.453, 0.64, 0.905, 1.28, 2.56)
 WORKER_LABELS = (names.LABEL_REVISION, names.LABEL_TRACK)
 
 

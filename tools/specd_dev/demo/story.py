@@ -41,8 +41,10 @@ ANALYSIS = {
         # per task group: B must not make any group much slower than A
         {"name": "speed", "metric": "tokensPerSecond", "comparison": "relativeToStable",
          "min": 0.6, "byTaskGroup": True},
+        # a guard against a gross regression only: a p95 over the dozen requests a track
+        # finishes in a minute here moves by 1.7x between windows of one unchanged service
         {"name": "tpot", "metric": "timePerOutputTokenP95", "comparison": "relativeToStable",
-         "max": 1.5},
+         "max": 2.0},
         {"name": "errors", "metric": "errorRate", "comparison": "absolute", "max": 0.0},
     ],
 }
