@@ -204,6 +204,7 @@ class TuningSpec(_Spec):
     pinned_groups: list[str] = Field(default_factory=list)
     dry_run: bool = False
     reference_share: float = 0.05
+    min_requests: int = 20
 
 
 class LabelSelectorRequirement(_Spec):

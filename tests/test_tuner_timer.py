@@ -91,3 +91,21 @@ def test_prometheus_down_or_a_conflict_changes_nothing() -> None:
     kube.conflict = False
     clock[0] += 60
     assert t.run("ns", "svc") is None  # tuning switched off: nothing runs
+
+
+def test_min_requests_from_the_spec_decides_what_a_window_may_judge() -> None:
+    """12 finished requests an interval: under the default 20 the interval holds (NoData);
+    with ``spec.tuning.minRequests: 10`` the same windows send code plain."""
+    quiet = vectors({"code": (600.0, 100.0)}, requests=12.0)
+    for min_requests, actions in ((None, []), (10, ["plain"])):
+        kube, clock = FakeKube(), [1_800_000_000.0]
+        if min_requests is not None:
+            kube.obj["spec"]["tuning"]["minRequests"] = min_requests
+        t, _ = tuner(kube, FakeProvider(quiet), clock)
+        first = t.run("ns", "svc")
+        clock[0] += 60
+        second = t.run("ns", "svc")
+        assert [c.decision.action for c in second.changes] == actions
+        if min_requests is None:
+            assert first.condition[1] == second.condition[1] == "NoData"
+            assert "20 requests" in second.condition[2]

@@ -93,11 +93,12 @@ class Settings:
     max_bias: float = 4.0  # |per-position bias| stays within this (logit units)
 
     @classmethod
-    def for_interval(cls, interval_s: float) -> Settings:
-        """Time constants in units of the service's tuning interval (the one knob a user
-        sets): a dwell of 2 intervals, a first plain back-off of 3, at most 48."""
-        return cls(dwell_s=2 * interval_s, backoff_s=3 * interval_s,
-                   max_backoff_s=48 * interval_s)
+    def for_interval(cls, interval_s: float, min_requests: float = 20.0) -> Settings:
+        """Time constants in units of the service's tuning interval (the knob a user sets):
+        a dwell of 2 intervals, a first plain back-off of 3, at most 48; and the requests a
+        window needs (``spec.tuning.minRequests``)."""
+        return cls(min_requests=min_requests, dwell_s=2 * interval_s,
+                   backoff_s=3 * interval_s, max_backoff_s=48 * interval_s)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ class Tuner:
             status = owner.get("status") or {}
             result = tune(spec, status, windows, now, unavailable=unavailable,
                           frozen=frozen_by_rollout(status),
-                          settings=decide.Settings.for_interval(interval))
+                          settings=decide.Settings.for_interval(
+                              interval, spec.tuning.min_requests))
             if not self._write(owner, result):
                 return None
         self._record(owner, result)

@@ -260,6 +260,8 @@ INVALID = [
      "spec.tuning.pinnedGroups[0]"),
     ("tuning reference share above half", edit(("spec.tuning.referenceShare", 0.9)),
      "spec.tuning.referenceShare"),
+    ("tuning judges windows of too few requests", edit(("spec.tuning.minRequests", 2)),
+     "spec.tuning.minRequests"),
     ("network peer with an ipBlock and a selector",
      edit(("spec.network.allowFrom", [{"ipBlock": {"cidr": "10.0.0.0/8"},
                                        "podSelector": {"matchLabels": {"app": "client"}}}])),

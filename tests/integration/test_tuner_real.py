@@ -63,8 +63,11 @@ SPEC = {
     "worker": {"image": "specd-worker:dev",
                "resources": {"limits": {"cpu": "1", "memory": "3Gi", "nvidia.com/gpu": 1}}},
     # one request at a time: a 0.3 share of plain rounds gives each group a reference of
-    # well over the 50 plain tokens a window needs
+    # well over the 50 plain tokens a window needs. Two groups taking turns finish 15-25
+    # requests each per interval (CI: 15 and 18), so a window is judged on 10 (the
+    # contrasts below are far outside what 10 requests' noise moves)
     "tuning": {"enabled": True, "interval": f"{INTERVAL_S}s", "referenceShare": 0.3,
+               "minRequests": 10,
                "bounds": {"modes": ["fixed", "plain"], "fixedLength": {"min": 4, "max": 4}}},
 }
 PROMPTS = {"chat": "Count from 1 to 30, separated by commas.",
@@ -320,7 +323,7 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
     prompts = {"chat": STEP_PROMPT}
 
     # steady: concurrency 1 for 2 intervals to converge, then 10 more with at most 1 change
-    # (a window is judged on 20 finished requests; at 24 tokens one at a time finish about
+    # (a window is judged on 10 finished requests; at 24 tokens one at a time finish about
     # 40 per 40 s interval)
     with Traffic(url, concurrency=1, max_tokens=STEP_TOKENS, prompts=prompts) as steady:
         intervals(svc, 2)
