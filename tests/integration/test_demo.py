@@ -2,7 +2,8 @@
 (the chart's operator and dashboard as pods, real workers, Prometheus, PostgreSQL), exiting
 0 only if every stage happened as expected: Scheme A Ready, the canary to Scheme B promoted
 on its analysis, the bad revision rolled back by the lossless probes, a tuner decision for
-the group that drafts badly, no failed request. About ten minutes on a 2-core machine."""
+the group that drafts badly, no failed request. About ten minutes on a 2-core machine:
+``make test-demo``, not part of ``make test`` (each stage has an e2e test of its own)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.demo]
 
 
 def test_the_demo_story_runs_to_the_end() -> None:

@@ -208,6 +208,8 @@ def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Sho
         demo.stage(f"5/6 the tuner, with the {story.BAD_GROUP} group sampled at temperature "
                    f"{story.BAD_TEMPERATURE} (its drafts are mostly rejected)")
         traffic.temperatures[story.BAD_GROUP] = story.BAD_TEMPERATURE
+        traffic.rate = max(traffic.rate, story.TUNING_RATE)  # from the next minute of arrivals
+        demo.say(f"traffic: Poisson arrivals at {traffic.rate}/s now (one worker left)")
         svc.patch(story.tuning_on())
         tuned = demo.follow(svc, lambda s: story.tuned_group(s, story.BAD_GROUP) is not None,
                             f"a tuner decision for {story.BAD_GROUP}",

@@ -26,6 +26,11 @@ NAMESPACE = "demo"
 BAD_GROUP = "code"  # sampled at BAD_TEMPERATURE in stage 5
 BAD_TEMPERATURE = 1.5
 TUNING_INTERVAL_S = 30
+# stage 5 has one worker left: twice the arrivals (per group 0.4/s, a dozen requests an
+# interval), and a window judged on 8 of a group's requests (the default 20 is for a service
+# with real traffic; fewer in an interval is a hold, never a decision)
+TUNING_RATE = 0.8
+TUNING_MIN_REQUESTS = 8
 
 Obj = Mapping[str, Any]
 
@@ -91,7 +96,7 @@ def back_to_scheme_b() -> dict[str, Any]:
 def tuning_on() -> dict[str, Any]:
     """The tuner on; it may move each group between scheduled and plain."""
     return {"spec": {"tuning": {"enabled": True, "interval": f"{TUNING_INTERVAL_S}s",
-                                "referenceShare": 0.2,
+                                "referenceShare": 0.2, "minRequests": TUNING_MIN_REQUESTS,
                                 "bounds": {"modes": ["scheduled", "plain"]}}}}
 
 
