@@ -36,7 +36,7 @@ $(VENV)/.installed: pyproject.toml setup.py tools/pyproject.toml
 # (test_canary_real: promotion per group, the lossless rollback; test_tuner_real: a group
 # sent plain), and the whole story takes a quarter of CI's time on 2 cores: `make test-demo`.
 test: setup cluster-build
-	$(BIN)/pytest -m "not demo" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not demo" --durations=30 $(PYTEST_ARGS)
 
 test-demo: setup cluster-build
 	$(BIN)/pytest -m demo $(PYTEST_ARGS)
