@@ -218,7 +218,7 @@ CALIBRATION = {
     # off at first: the miscalibration is measured over a whole interval before the tuner
     # may act on it (on from the start, its first interval could correct the bias before
     # the measurement, and "before" read a calibrated window)
-    "tuning": {"enabled": False, "interval": f"{INTERVAL_S}s",
+    "tuning": {"enabled": False, "interval": f"{INTERVAL_S}s", "minRequests": 5,
                "bounds": {"modes": ["scheduled"], "maxVerify": {"min": 4, "max": 4}}},
 }
 
