@@ -72,9 +72,25 @@ def test_a_tuner_change_is_told_and_found() -> None:
     after = status(tuning={"groups": {"code": {"mode": "plain", "action": "plain",
                                                "reason": "goodput 0.9x plain",
                                                "lastChange": "2026-12-02T06:00:00Z"}}})
-    assert story.tuned_group(before, "code") is None  # a hold is no change
-    assert story.tuned_group(after, "code")["mode"] == "plain"
+    watch = story.TunerWatch("code")
+    assert not watch(before)  # a hold is no change
+    assert watch(after) and watch.changed and watch.entry["mode"] == "plain"
     assert story.tell(before, after) == ["  tuner: code -> plain (plain): goodput 0.9x plain"]
+
+
+def test_a_group_held_on_its_data_three_intervals_in_a_row_is_a_verdict_too() -> None:
+    def hold(run: str, reason: str) -> dict:
+        return status(tuning={"lastRun": run, "groups": {"code": {
+            "mode": "scheduled", "action": "hold", "reason": reason}}})
+
+    watch = story.TunerWatch("code", intervals=3)
+    within = "goodput 6.1 tok/s is within 3 % of true plain 6.0"
+    seen = [watch(hold("t1", within)), watch(hold("t1", within)),  # the same interval twice
+            watch(hold("t2", "too few requests (4 < 8)")),  # not judged: the streak restarts
+            watch(hold("t3", within)), watch(hold("t4", within))]
+    assert seen == [False] * 5 and watch.judged == 2
+    assert watch(hold("t5", within)) and not watch.changed
+    assert watch.entry["reason"] == within
 
 
 @pytest.mark.parametrize(("rollout", "stable", "ended"), [

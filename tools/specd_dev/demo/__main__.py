@@ -211,13 +211,17 @@ def run_story(demo: Demo, cluster: Any, history_url: str, work: Path, shots: Sho
         traffic.rate = max(traffic.rate, story.TUNING_RATE)  # from the next minute of arrivals
         demo.say(f"traffic: Poisson arrivals at {traffic.rate}/s now (one worker left)")
         svc.patch(story.tuning_on())
-        tuned = demo.follow(svc, lambda s: story.tuned_group(s, story.BAD_GROUP) is not None,
-                            f"a tuner decision for {story.BAD_GROUP}",
-                            12 * story.TUNING_INTERVAL_S + 60)
-        entry = story.tuned_group(tuned, story.BAD_GROUP) or {}
-        demo.outcomes.append(f"the tuner: {story.BAD_GROUP} {entry.get('action')} "
-                             f"({entry.get('reason')})")
-        evidence(demo, history_url)
+        watch = story.TunerWatch(story.BAD_GROUP)
+        demo.follow(svc, watch, f"a tuner decision for {story.BAD_GROUP}",
+                    12 * story.TUNING_INTERVAL_S + 60)
+        entry = watch.entry
+        if watch.changed:
+            demo.outcomes.append(f"the tuner: {story.BAD_GROUP} {entry.get('action')} "
+                                 f"({entry.get('reason')})")
+            evidence(demo, history_url)
+        else:
+            demo.outcomes.append(f"the tuner: {story.BAD_GROUP} held on data for "
+                                 f"{watch.intervals} intervals ({entry.get('reason')})")
         shots.take("demo-policy-tuned", f"/policy?{page}", "decisions")
         shots.take("demo-fleet", "/", "services,")
         counts = traffic.counts()

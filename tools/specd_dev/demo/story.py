@@ -179,10 +179,40 @@ def rolled_back_reason(status: Obj) -> str | None:
     return str(rollout.get("message") or "rolled back")
 
 
-def tuned_group(status: Obj, group: str) -> Obj | None:
-    """The tuner's entry for ``group`` once it has changed that group's policy."""
-    entry = ((status.get("tuning") or {}).get("groups") or {}).get(group) or {}
-    return entry if entry.get("lastChange") else None
+# a hold with one of these reasons was not judged on the group's data
+UNJUDGED = ("too few requests", "no data", "no goodput")
+
+
+class TunerWatch:
+    """Stage 5's end, fed every observed status: the tuner changed ``group``'s policy, or
+    judged the group on its data ``intervals`` intervals in a row and held it (where the hot
+    group's speculation does not lose to true plain on this machine, holding is the verdict)."""
+
+    def __init__(self, group: str, intervals: int = 3) -> None:
+        self.group, self.intervals = group, intervals
+        self.last_run: str | None = None
+        self.judged = 0
+        self.entry: Obj = {}
+
+    def __call__(self, status: Obj) -> bool:
+        tuning = status.get("tuning") or {}
+        entry = (tuning.get("groups") or {}).get(self.group) or {}
+        if entry.get("lastChange"):
+            self.entry = entry
+            return True
+        run = tuning.get("lastRun")
+        if run and run != self.last_run:
+            self.last_run = run
+            on_data = bool(entry) and not str(entry.get("reason", "")).startswith(UNJUDGED)
+            self.judged = self.judged + 1 if on_data else 0
+        if self.judged >= self.intervals:
+            self.entry = entry
+            return True
+        return False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.entry.get("lastChange"))
 
 
 def evidence_summary(evidence: Obj) -> str:
