@@ -4,7 +4,8 @@ groups), the real operator under its least-privilege ServiceAccount with --prome
 
 1. A good canary (a harmless engine change) passes three steps with analysis every 10 s and
    the lossless probes, and is promoted; then, under policyChanges: Canary, a policy that
-   makes decoding slower (the classic draft model at fixed K=8) is rolled back to plain
+   makes decoding slower (the classic draft model at fixed K=12, on traffic sampled at
+   temperature 2.0) is rolled back to plain
    decoding while the stable track keeps it, and plain -> scheduled verification goes
    through a step and is promoted. No request fails during any of it (every request is
    counted).
@@ -72,12 +73,16 @@ def test_good_canary_then_a_slower_policy_rolled_back_then_scheduled_promoted(
     svc = Svc(cluster, namespace, "good")
     three_steps = [{"weight": w, "pause": {"duration": "10s"}} for w in (25, 50, 75)]
     # The contrast the policy canary is judged on must hold on any machine, not only where
-    # speculation happens to win: on a CPU a verified token costs nearly what a plain one
-    # does, so plain vs fixed K=3 is a coin toss (measured 0.95-1.2 per group across
-    # machines). Eight tokens drafted one by one by the draft model, most of them rejected,
-    # are not: measured in-process at batch 2, fixed K=8 decodes at 0.50-0.51x plain.
+    # speculation happens to win. How much a verified token costs differs by machine: where
+    # the forward pass is compute-bound, plain vs fixed K=3 is a coin toss (0.95-1.2 per
+    # group) and the draft model at fixed K=8 on greedy traffic decodes at 0.50-0.51x plain
+    # (in-process, batch 2); where it is memory-bound at small batches, verifying is nearly
+    # free and that same policy was promoted at 0.92x / 1.03x. What loses everywhere is
+    # drafting that costs by its length and is thrown away: twelve tokens drafted one by one
+    # for traffic sampled at temperature 2.0 (0.75x its true-plain reference at batch 1 on
+    # the memory-bound machine, tau 1.15), so stage 2's traffic is sampled.
     svc.create({"replicas": 1, "model": {"reference": "smollm2-135m", "maxContext": 512},
-                "drafter": {"method": "draft-model", "k": 8},
+                "drafter": {"method": "draft-model", "k": 12},
                 "verification": {"mode": "plain"},
                 "engine": GOOD_ENGINE, "worker": WORKER,
                 "rollout": {"strategy": "Canary", "policyChanges": "Canary",
@@ -104,11 +109,12 @@ def test_good_canary_then_a_slower_policy_rolled_back_then_scheduled_promoted(
         assert reasons.count("StepCompleted") >= 3 and "RolloutCompleted" in reasons
         wait_for(lambda: svc.tracks() == {"stable": 1}, "only the stable pod", timeout=180)
 
-        # 2. a policy-only change to fixed K=8 (slower per request) under
-        #    policyChanges: Canary -> the canary track tries it, speed fails, rolled back
-        #    (one step from here on: rollout settings are not part of the version)
+        # 2. a policy-only change to fixed K=12 (slower per request on sampled traffic)
+        #    under policyChanges: Canary -> the canary track tries it, speed fails, rolled
+        #    back (one step from here on: rollout settings are not part of the version)
+        traffic.temperatures = {"chat": 2.0, "code": 2.0}
         one_step = [{"weight": 50, "pause": {"duration": "10s"}}]
-        svc.patch({"spec": {"verification": {"mode": "fixed", "fixedLength": 8},
+        svc.patch({"spec": {"verification": {"mode": "fixed", "fixedLength": 12},
                             "rollout": {"steps": one_step}}})
         canarying = svc.wait(lambda s: rollout(s).get("canaryVersion")
                              and rollout(s).get("step", 0) == 0
@@ -123,6 +129,7 @@ def test_good_canary_then_a_slower_policy_rolled_back_then_scheduled_promoted(
         timings["rolled back on"] = "; ".join(a["message"] for a in failed)
         assert svc.policy_mode("stable") == "plain"  # the stable track never left it
         wait_for(lambda: svc.tracks() == {"stable": 1}, "the canary scaled to 0", timeout=180)
+        traffic.temperatures = {}  # greedy again
 
         # 3. plain -> scheduled verification: through the step and promoted. Scheduled
         #    rounds draft only when the draft gate, pricing with the measured step costs,
