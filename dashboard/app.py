@@ -18,7 +18,7 @@ from specd.dashboard import auth
 from specd.dashboard.config import DashboardConfig
 from specd.dashboard.data import sources
 from specd.dashboard.data.live import Live, read_fleet, read_service
-from specd.dashboard.views import fleet, history, policy, rollout, service
+from specd.dashboard.views import fleet, history, pilot, policy, rollout, service
 
 
 def config() -> DashboardConfig:
@@ -102,23 +102,36 @@ def send_control(cfg: DashboardConfig) -> rollout.Act:
     return act
 
 
+def read_store(cfg: DashboardConfig, query: Callable[[Any, str], list[Any]]
+               ) -> tuple[list[Any], str | None]:
+    """``query(history_read, url)`` on the history store; a missing or unreadable store is
+    the page's banner line instead."""
+    if not cfg.history_url:
+        return [], "no history store configured (--history-url)"
+    from specd.operator.history import read as history_read
+
+    try:
+        return query(history_read, cfg.history_url), None
+    except (history_read.NotAURL, history_read.Unreadable) as exc:
+        return [], str(exc)
+
+
 def from_store(cfg: DashboardConfig, what: str
                ) -> Callable[[str, str], tuple[list[Any], str | None]]:
-    """A reader of the history store (``what``: rollouts or policy_changes) that turns a
-    missing or unreadable store into the page's banner line."""
+    """A reader of one service's rows in the history store (``what``: rollouts or
+    policy_changes)."""
     def read(namespace: str, name: str) -> tuple[list[Any], str | None]:
-        if not cfg.history_url:
-            return [], "no history store configured (--history-url)"
-        from specd.operator.history import read as history_read
-
-        try:
-            if what == "rollouts":
-                return history_read.rollouts(cfg.history_url, namespace, name, limit=50)[0], None
-            return history_read.policy_changes(cfg.history_url, namespace, name,
-                                               limit=100), None
-        except (history_read.NotAURL, history_read.Unreadable) as exc:
-            return [], str(exc)
+        if what == "rollouts":
+            return read_store(cfg, lambda r, url: r.rollouts(url, namespace, name,
+                                                            limit=50)[0])
+        return read_store(cfg, lambda r, url: r.policy_changes(url, namespace, name,
+                                                                limit=100))
     return read
+
+
+def pilot_verdicts(cfg: DashboardConfig) -> Callable[[], tuple[list[Any], str | None]]:
+    """A reader of the pilot verdicts in the history store."""
+    return lambda: read_store(cfg, lambda r, url: r.pilot_verdicts(url, limit=200))
 
 
 def services(cfg: DashboardConfig) -> tuple[list[dict[str, Any]], str | None]:
@@ -148,13 +161,18 @@ def history_page() -> None:
     history.render(objects, history=from_store(cfg, "rollouts"), kube_error=error)
 
 
+def pilot_page() -> None:
+    pilot.render(pilot_verdicts(config()))
+
+
 def main() -> None:
     st.set_page_config(page_title="specd", layout="wide")
     st.navigation([st.Page(fleet_page, title="Fleet", url_path="fleet", default=True),
                    st.Page(service_page, title="Service", url_path="service"),
                    st.Page(rollout_page, title="Rollout", url_path="rollout"),
                    st.Page(policy_page, title="Policy", url_path="policy"),
-                   st.Page(history_page, title="History", url_path="history")]).run()
+                   st.Page(history_page, title="History", url_path="history"),
+                   st.Page(pilot_page, title="Pilot", url_path="pilot")]).run()
 
 
 if __name__ == "__main__":  # how Streamlit runs the script; importing it draws nothing

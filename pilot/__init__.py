@@ -17,4 +17,5 @@ business regression checks; a verdict per task group. Module map:
 - ``verdict``    the decision rule and the worked cost examples
 - ``runner``     ``specd pilot run``: preflight, regression, capacity, traces, repeats
 - ``report``     ``specd pilot report``: Markdown + JSON + PNG plots
+- ``history``    ``specd pilot record``: the verdicts into the history store
 """

@@ -18,7 +18,8 @@ from specd.operator.history import store
 from specd.operator.history.models import Base
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
-TABLES = {"rollouts", "rollout_events", "analysis_measurements", "policy_changes"}
+TABLES = {"rollouts", "rollout_events", "analysis_measurements", "policy_changes",
+          "pilot_verdicts"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -31,7 +32,7 @@ def url(request, tmp_path) -> str:
 def test_migrations_from_empty_to_head_and_back(url: str) -> None:
     assert store.current(url) is None
     store.upgrade(url)
-    assert store.current(url) == "0001"
+    assert store.current(url) == "0002"
     engine = create_engine(url)
     try:
         assert TABLES <= set(inspect(engine).get_table_names())
@@ -96,7 +97,7 @@ def test_specd_db_on_the_command_line(tmp_path: Path, capsys) -> None:
     assert specd_main(["db", "current", url]) == 0
     assert "empty" in capsys.readouterr().out
     assert specd_main(["db", "upgrade", url]) == 0
-    assert capsys.readouterr().out.strip() == "0001"
+    assert capsys.readouterr().out.strip() == "0002"
     assert specd_main(["db", "downgrade", url]) == 0
     assert specd_main(["db", "current", "postgresql+psycopg://u:secret@127.0.0.1:1/x"]) == 2
     assert "secret" not in capsys.readouterr().err  # no password in the message

@@ -106,3 +106,24 @@ class PolicyChange(Base):
     before: Mapped[dict[str, Any]] = mapped_column(JSON)
     after: Mapped[dict[str, Any]] = mapped_column(JSON)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class PilotVerdict(Base):
+    """One task group's verdict from one ``specd pilot`` run: adopt (within a load range),
+    low-load only, or reject, against the better of the plain service and its equal-resource
+    alternative, with the reasons and the per-trace evidence of the report."""
+
+    __tablename__ = "pilot_verdicts"
+    __table_args__ = (UniqueConstraint("pilot", "started_at", "task_group",
+                                       name="uq_pilot_verdicts_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pilot: Mapped[str] = mapped_column(String(253), index=True)  # the pilot file's name
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    task_group: Mapped[str] = mapped_column(String(32))  # "all": every group together
+    decision: Mapped[str] = mapped_column(String(32))  # adopt, low-load only, reject
+    crossover_rps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    regression_ok: Mapped[int] = mapped_column(Integer)  # the business regression passed
+    candidate: Mapped[str] = mapped_column(Text)  # G1, the speculative strategy, in words
+    reasons: Mapped[list[str]] = mapped_column(JSON)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)

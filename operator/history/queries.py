@@ -15,7 +15,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from specd.operator.history.models import Measurement, PolicyChange, Rollout, RolloutEvent
+from specd.operator.history.models import (
+    Measurement,
+    PilotVerdict,
+    PolicyChange,
+    Rollout,
+    RolloutEvent,
+)
 
 OPERATOR_ACTOR = "specd-operator"
 PROMOTIONS = ("StepPromoted", "Promoted")
@@ -162,5 +168,37 @@ def policy_changes(session: Session, namespace: str, service: str, *,
     return [PolicyChangeRecord(at=_utc(row.at), task_group=row.task_group,  # type: ignore[arg-type]
                                action=row.reason, applied=bool(row.applied),
                                before=dict(row.before or {}), after=dict(row.after or {}),
+                               evidence=dict(row.evidence or {}))
+            for row in session.scalars(query).all()]
+
+
+@dataclass(frozen=True)
+class PilotVerdictRecord:
+    pilot: str
+    started_at: datetime
+    task_group: str  # "all": every group together
+    decision: str  # adopt, low-load only, reject
+    crossover_rps: float | None
+    regression_ok: bool
+    candidate: str
+    reasons: tuple[str, ...]
+    evidence: dict
+
+
+def pilot_verdicts(session: Session, *, pilot: str | None = None,
+                   limit: int | None = None) -> list[PilotVerdictRecord]:
+    """Pilot verdicts, newest run first (task groups in name order within a run); of one
+    pilot's runs only with ``pilot``; at most ``limit`` rows."""
+    query = select(PilotVerdict).order_by(PilotVerdict.started_at.desc(),
+                                          PilotVerdict.pilot, PilotVerdict.task_group)
+    if pilot is not None:
+        query = query.where(PilotVerdict.pilot == pilot)
+    if limit is not None:
+        query = query.limit(limit)
+    return [PilotVerdictRecord(pilot=row.pilot, started_at=_utc(row.started_at),  # type: ignore[arg-type]
+                               task_group=row.task_group, decision=row.decision,
+                               crossover_rps=row.crossover_rps,
+                               regression_ok=bool(row.regression_ok), candidate=row.candidate,
+                               reasons=tuple(row.reasons or ()),
                                evidence=dict(row.evidence or {}))
             for row in session.scalars(query).all()]

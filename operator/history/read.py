@@ -8,7 +8,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from specd.operator.history.queries import PolicyChangeRecord, RolloutRecord
+from specd.operator.history.queries import (
+    PilotVerdictRecord,
+    PolicyChangeRecord,
+    RolloutRecord,
+)
 
 
 class NotAURL(ValueError):
@@ -34,6 +38,12 @@ def policy_changes(url: str, namespace: str, name: str, *,
                    limit: int | None = None) -> list[PolicyChangeRecord]:
     """The tuner's changes to the service, newest first (at most ``limit``)."""
     return _read(url, lambda history: history.policy_changes(namespace, name, limit=limit))
+
+
+def pilot_verdicts(url: str, *, pilot: str | None = None,
+                   limit: int | None = None) -> list[PilotVerdictRecord]:
+    """``specd pilot`` verdicts per task group, newest run first (at most ``limit``)."""
+    return _read(url, lambda history: history.pilot_verdicts(pilot=pilot, limit=limit))
 
 
 def _read(url: str, query: Callable[[Any], Any]) -> Any:

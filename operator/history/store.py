@@ -23,7 +23,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from specd.operator.history import queries
-from specd.operator.history.models import Measurement, PolicyChange, Rollout, RolloutEvent
+from specd.operator.history.models import (
+    Measurement,
+    PilotVerdict,
+    PolicyChange,
+    Rollout,
+    RolloutEvent,
+)
 
 
 def masked_url(url: str) -> str:
@@ -132,6 +138,14 @@ class HistoryStore:
             at=at, reason=reason, before=before, after=after, evidence=evidence,
             applied=int(applied)))
 
+    def pilot_verdict(self, *, pilot: str, started_at: datetime, task_group: str,
+                      decision: str, crossover_rps: float | None, regression_ok: bool,
+                      candidate: str, reasons: list[str], evidence: dict[str, Any]) -> bool:
+        return self._insert(PilotVerdict(
+            pilot=pilot, started_at=started_at, task_group=task_group, decision=decision,
+            crossover_rps=crossover_rps, regression_ok=int(regression_ok), candidate=candidate,
+            reasons=reasons, evidence=evidence))
+
     # ---- reads -----------------------------------------------------------------------------
 
     def rollouts(self, namespace: str, service: str, *, measurements: bool = False,
@@ -146,6 +160,12 @@ class HistoryStore:
         """The tuner's changes, newest first, with their evidence (``queries``)."""
         with self._session() as session:
             return queries.policy_changes(session, namespace, service, limit=limit)
+
+    def pilot_verdicts(self, *, pilot: str | None = None,
+                       limit: int | None = None) -> list[queries.PilotVerdictRecord]:
+        """``specd pilot`` verdicts, newest run first (``queries``)."""
+        with self._session() as session:
+            return queries.pilot_verdicts(session, pilot=pilot, limit=limit)
 
     def rollout_count(self, namespace: str, service: str) -> int:
         with self._session() as session:
