@@ -85,6 +85,7 @@ def _store_url(url: str) -> str:
 
 
 def _record(folder: object, url: str) -> None:
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
     from specd.pilot.history import NotARun, record
@@ -96,6 +97,9 @@ def _record(folder: object, url: str) -> None:
         raise SpecdError(str(exc)) from exc
     except SQLAlchemyError as exc:
         why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        password = make_url(url).password
+        if password:  # a driver may echo the URL it was given: never a secret in a message
+            why = why.replace(str(password), "***")
         raise SpecdError(f"history store {shown}: {why}") from exc
     print(f"history store {shown}: {written} of {total} verdicts written"
           + (" (recorded before)" if total and not written else ""))
