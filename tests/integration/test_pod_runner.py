@@ -333,8 +333,14 @@ def test_an_operator_pod_reconciles_under_its_own_service_account(env) -> None:
         log = env.cluster.pod_log("specd-system", pod.metadata.name)
         assert "kubeconfig" not in log.split("\n", 1)[0]  # in-cluster, not a kubeconfig flag
     finally:
-        env.apps.delete_namespaced_deployment(name, "specd-system")
+        # in the foreground, and waited for: a pod the garbage collector deletes later would
+        # free its process slot under a later test's feet (the watched namespace's worker
+        # pods are kwok's: no process)
+        env.apps.delete_namespaced_deployment(name, "specd-system",
+                                              propagation_policy="Foreground")
         env.core.delete_namespace(watched)
+        wait_for(lambda: not env.pods(f"app={name}", namespace="specd-system"),
+                 "the operator pod to be gone", timeout=120, interval=1)
 
 
 def _bare_pod(name: str, command: list[str], args: list[str]) -> dict:
@@ -370,9 +376,12 @@ def test_bad_input(env) -> None:
     # over the process cap: not Ready, an Event saying why (counted once the pods deleted by
     # earlier tests have ended: one still in its preStop sleep would free its slot later)
     def settled() -> tuple[int] | None:
+        # a terminating namespace's pods are deleted later, each freeing a slot
+        ending = {n.metadata.name for n in env.core.list_namespace().items
+                  if n.status.phase == "Terminating"}
         live = {(p.metadata.namespace, p.metadata.name)
                 for p in env.core.list_pod_for_all_namespaces().items
-                if p.metadata.deletion_timestamp is None}
+                if p.metadata.deletion_timestamp is None and p.metadata.namespace not in ending}
         admitted = [p for p in env.cluster.runner_state().pods if p.get("admitted")]
         ended = all((p["namespace"], p["pod"]) in live for p in admitted)
         return (len(admitted),) if ended else None
