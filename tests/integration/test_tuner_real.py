@@ -361,7 +361,12 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
         window = chat_window(cluster, namespace, "stepped", STEP_INTERVAL_S)
     assert peak.sent > 0 and peak.failed == 0, peak.errors[:5]
     went_plain = next((i for i, g in enumerate(seen) if g.get("action") == "plain"), None)
-    assert went_plain is not None and went_plain <= 3, ([g.get("reason") for g in seen], window)
+    # the numbers first: pytest shortens a long message from the middle
+    evidence = (f"goodput {window.goodput} vs plain {window.plain_goodput} on "
+                f"{window.plain_samples} plain rounds, {window.requests} requests"
+                if window else "no window")
+    assert went_plain is not None and went_plain <= 3, (evidence,
+                                                        [g.get("reason") for g in seen])
     assert "below true plain" in seen[went_plain]["reason"], seen[went_plain]
     assert after[0] == ("chat", "plain") and len(after) <= 2, after
     print(f"\nsteady: {len(during)} change(s) in 10 intervals ({len(on_data)} judged on "
