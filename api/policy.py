@@ -47,8 +47,9 @@ class Policy(BaseModel):
     max_batch_tokens: int = Field(512, ge=1, description="token budget of one verify forward")
     calibration: Calibration = Field(default_factory=Calibration)
     plain_rounds: float = Field(
-        0.0, ge=0.0, le=0.5, description="share of rounds decoded plain for every request: "
-        "the true-plain reference (same workers, same batches) the tuner compares against")
+        0.0, ge=0.0, le=0.5, description="share of decode rounds without a prefill chunk decoded "
+        "plain for every request: the true-plain reference (same workers, same batches) the "
+        "tuner compares against")
     groups: dict[str, GroupPolicy] = Field(
         default_factory=dict, description="per-task-group overrides of the settings above")
 

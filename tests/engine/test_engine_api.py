@@ -231,6 +231,32 @@ def test_each_request_runs_its_groups_policy_inside_one_batch(make_engine, chat_
     assert emitted("code", "scheduled") is None
 
 
+def test_reference_rounds_carry_no_prefill_chunk(make_engine, chat_prompt_ids):
+    """Reference rounds are drawn from the rounds the decode counters compare (no prefill
+    chunk in the forward), at plain_rounds of them: newcomers arriving while others decode
+    (2 slots, 6 requests of different lengths, 8-token chunks) put chunks in many rounds."""
+    policy = Policy(mode="fixed", k_max=2, fixed_length=2, plain_rounds=0.5)
+    engine = make_engine("semi-ar", policy, max_slots=2, prefill_chunk=8)
+    planned = []
+    plan = engine.core._plan
+
+    def recording_plan():
+        batch = plan()
+        planned.append((batch.reference, bool(batch.decode), bool(batch.chunks)))
+        return batch
+
+    engine.core._plan = recording_plan
+    ids = chat_prompt_ids("Count from 1 to 30, separated by commas.")
+    engine.generate([GenerationRequest(ids, SamplingParams(max_tokens=6 + 5 * i,
+                                                           ignore_eos=True))
+                     for i in range(6)])
+    with_chunk = [r for r, decode, chunk in planned if decode and chunk]
+    clean = [r for r, decode, chunk in planned if decode and not chunk]
+    assert len(with_chunk) >= 4, planned  # the scenario puts chunks beside decoding rows
+    assert not any(with_chunk)
+    assert sum(clean) == len(clean) // 2, planned  # every other clean round
+
+
 def test_reference_rounds_and_position_counters_are_exported(make_engine, chat_prompt_ids):
     """plain_rounds=0.25: every 4th decode round drafts for nobody (the true-plain reference,
     counted as round_kind="plain"); per group and position, verified >= reached >= accepted,

@@ -283,8 +283,11 @@ class EngineCore:
                 break
             chunks.append((s, n))
             budget -= n
+        # reference rounds are drawn from rounds without a prefill chunk, the only rounds the
+        # decode counters compare: under continuous arrivals nearly every round carries a
+        # chunk, and a share of all rounds left the tuner one clean plain round a window
         return _Batch(decode, [self._group_policy(s.group) for s in decode], chunks,
-                      reference=bool(decode) and self._reference_round(policy))
+                      reference=bool(decode) and not chunks and self._reference_round(policy))
 
     def _draft(self, batch: _Batch, clock: _Clock) -> _Drafts:
         """Each request by its task group's policy (plain groups draft nothing); scheduled
@@ -430,8 +433,9 @@ class EngineCore:
 
     # -- reference rounds ------------------------------------------------------------------
     def _reference_round(self, policy: Policy) -> bool:
-        """Every 1/plain_rounds-th decode round runs plain for everyone: what true plain
-        decoding does on this worker at today's batch sizes, for the tuner to compare."""
+        """Every 1/plain_rounds-th decode round without a prefill chunk runs plain for
+        everyone: what true plain decoding does on this worker at today's batch sizes, for
+        the tuner to compare."""
         if policy.plain_rounds <= 0:
             return False
         self._plain_credit += policy.plain_rounds
