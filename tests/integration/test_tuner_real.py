@@ -293,6 +293,10 @@ STEP_INTERVAL_S = 40
 STEP_PROMPT = PROMPTS["chat"]
 STEP_TOKENS = 24
 STEP_PEAK = 48
+# longer requests at the peak: each arrival prefills a chunk, and only rounds without one
+# are compared; at 24 tokens a 40 s window at 48 held no reference round at all, at 64
+# about nine (426 plain tokens; speculation 0.65x: docs/bench/serve_window_probe.py)
+STEP_PEAK_TOKENS = 64
 STEPPED = {
     **SPEC,
     # Scheme A at K=4 with the semi-ar drafter on STEP_PROMPT, 24 tokens, decode rounds
@@ -361,7 +365,8 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
     # plus the window the step falls in, the group goes plain, with at most 2 changes in the
     # 5 intervals after the step (going plain, and at most the re-probe that follows)
     at_step = len(changes(operator, "stepped"))
-    with Traffic(url, concurrency=STEP_PEAK, max_tokens=STEP_TOKENS, prompts=prompts) as peak:
+    with Traffic(url, concurrency=STEP_PEAK, max_tokens=STEP_PEAK_TOKENS,
+                 prompts=prompts) as peak:
         seen = intervals(svc, 5)
         after = changes(operator, "stepped")[at_step:]
         window = chat_window(cluster, namespace, "stepped", STEP_INTERVAL_S)
