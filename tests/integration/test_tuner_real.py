@@ -374,7 +374,7 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
     went_plain = next((i for i, g in enumerate(seen) if g.get("action") == "plain"), None)
     # the numbers first: pytest shortens a long message from the middle
     evidence = (f"goodput {window.goodput} vs plain {window.plain_goodput} on "
-                f"{window.plain_samples} plain rounds, {window.requests} requests"
+                f"{window.plain_samples} plain tokens, {window.requests} requests"
                 if window else "no window")
     assert went_plain is not None and went_plain <= 3, (evidence,
                                                         [g.get("reason") for g in seen])
