@@ -13,21 +13,29 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from specd.api import metrics as m
+from specd_dev.testing import Traffic
 
 PROMPT = "Count from 1 to 30, separated by commas."
-COUNTERS = ("specd_decode_tokens_total{", "specd_decode_seconds_total{")
 
 
-def scrape(url: str) -> dict[tuple[str, str], float]:
-    out = {}
-    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
-        if line.startswith(COUNTERS):
-            name, labels = line.split("{", 1)
-            out[(name, labels.split("}", 1)[0])] = float(line.rsplit(" ", 1)[1])
+def scrape(url: str) -> dict[tuple[str, str, str], float]:
+    """(counter, round kind, batch bucket) -> value, from the worker's /metrics."""
+    out: dict[tuple[str, str, str], float] = {}
+    text = httpx.get(url + "/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        if family.name not in (m.DECODE_TOKENS, m.DECODE_SECONDS):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = (family.name, sample.labels[m.LABEL_ROUND_KIND],
+                       sample.labels[m.LABEL_BATCH])
+                out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
@@ -46,15 +54,6 @@ def main() -> None:
         env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
         stderr=open(os.path.join(workdir, "serve.log"), "w"))
     url = f"http://127.0.0.1:{port}"
-    stop = threading.Event()
-
-    def client() -> None:
-        with httpx.Client(timeout=300) as http:
-            while not stop.is_set():
-                http.post(url + "/v1/chat/completions", headers={"X-Specd-Task-Group": "chat"},
-                          json={"model": "smollm2-135m", "max_tokens": max_tokens,
-                                "temperature": 0.0,
-                                "messages": [{"role": "user", "content": PROMPT}]})
     try:
         for _ in range(600):
             try:
@@ -63,25 +62,20 @@ def main() -> None:
             except httpx.HTTPError:
                 pass
             time.sleep(1)
-        for _ in range(concurrency):
-            threading.Thread(target=client, daemon=True).start()
-        time.sleep(20)
-        before = scrape(url)
-        time.sleep(seconds)
-        after = scrape(url)
+        with Traffic(url, concurrency=concurrency, max_tokens=max_tokens,
+                     prompts={"chat": PROMPT}) as traffic:
+            time.sleep(20)
+            before = scrape(url)
+            time.sleep(seconds)
+            after = scrape(url)
     finally:
-        stop.set()
         proc.terminate()
         proc.wait(30)
-    tokens: dict[tuple[str, str], float] = {}
-    secs: dict[tuple[str, str], float] = {}
-    for (name, labels), value in after.items():
-        lab = {k: v.strip('"') for k, v in (p.split("=", 1) for p in labels.split(","))}
-        key = (lab["round_kind"], lab["batch"])
-        into = tokens if name.startswith("specd_decode_tokens") else secs
-        into[key] = into.get(key, 0.0) + value - before.get((name, labels), 0.0)
-    for kind, batch in sorted(tokens):
-        t, s = tokens[(kind, batch)], secs.get((kind, batch), 0.0)
+    print(f"{traffic.sent} requests, {traffic.failed} failed {traffic.errors[:2]}")
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    for kind, batch in sorted({(k, b) for _, k, b in delta}):
+        t = delta.get((m.DECODE_TOKENS, kind, batch), 0.0)
+        s = delta.get((m.DECODE_SECONDS, kind, batch), 0.0)
         print(f"{kind:12s} batch {batch:>3s}  tokens {t:7.0f}  request-s {s:7.1f}  "
               f"tok/s {t / s if s else 0.0:6.2f}")
 
