@@ -85,6 +85,38 @@ def test_comparisons_cover_the_scheduled_groups_that_ran():
     assert rows["semi-ar-lookup-scheduled"]["1"]["vs_plain"] == 1.5
 
 
+def test_every_draft_length_that_ran_is_a_rival_and_compared():
+    def row(rate: float) -> dict:
+        return {"1": {"tokens_per_s": rate, "phase_share": {}}}
+
+    groups = {"plain": row(10.0), "semi-ar-fixed": row(12.0), "semi-ar-fixed:k2": row(14.0),
+              "semi-ar-scheduled": row(15.0), "semi-ar-scheduled:k4": row(13.0),
+              "semi-ar-fixed@t0.7": row(30.0)}  # a sampling variant is not a greedy rival
+    rows = comparisons(groups)
+    assert list(rows) == ["semi-ar-scheduled", "semi-ar-scheduled:k4"]
+    assert rows["semi-ar-scheduled"]["1"]["best_rival"] == "semi-ar-fixed:k2"
+    assert rows["semi-ar-scheduled:k4"]["1"]["vs_best_rival"] == pytest.approx(13 / 14)
+
+
+def test_a_group_can_carry_its_own_draft_length():
+    from specd import SpecdError
+    from specd.worker.bench.groups import parse_groups
+
+    groups = parse_groups("semi-ar-fixed:k2,semi-ar-fixed,semi-ar-scheduled:k5")
+    assert [(g.name, g.k) for g in groups] == [
+        ("plain", None), ("semi-ar-fixed:k2", 2), ("semi-ar-fixed", None),
+        ("semi-ar-scheduled:k5", 5)]
+    # its own engine (not shared with the same drafter at the run's K), its own policy
+    assert groups[1].base != groups[2].base and groups[1].kind == groups[2].kind
+    assert (groups[1].policy(4).fixed_length, groups[2].policy(4).fixed_length) == (2, 4)
+    assert groups[3].policy(4).max_verify == 5
+    for bad, says in (("plain:k2", "only drafting groups"), ("semi-ar-fixed:k0", ":kN"),
+                      ("semi-ar-fixed:2", ":kN"), ("nope:k2", "unknown group"),
+                      ("semi-ar-fixed,semi-ar-fixed", "twice")):
+        with pytest.raises(SpecdError, match=says):
+            parse_groups(bad)
+
+
 def test_peers_are_compared_up_to_the_first_end_of_turn():
     """ignore_eos: the engine emits end-of-turn (2) and goes on; transformers' min_new_tokens
     masks it. Peers match up to it; engine groups are compared whole."""

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="repeat the engine groups at each concurrency in passes until "
                              "each has run this long there (median pass reported; at most "
                              "5 passes)")
+    engine.add_argument("--passes", type=int, default=1,
+                        help="run every cell in at least this many alternating passes "
+                             "(with --min-seconds, whichever asks for more; median reported)")
     engine.add_argument("--sampling", default="greedy",
                         help="comma-separated sampling variants, each engine group runs once "
                              "per variant as <group>@<variant>: greedy, tT (unseeded, the "
@@ -79,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
     groups = with_sampling(parse_groups(args.groups),
                            [v.strip() for v in args.sampling.split(",") if v.strip()])
     concurrencies = parse_concurrency(args.concurrency)
-    if args.max_tokens < 1 or args.k < 1:
-        raise SpecdError("--max-tokens and --k must be >= 1")
+    if min(args.max_tokens, args.k, args.passes) < 1:
+        raise SpecdError("--max-tokens, --k and --passes must be >= 1")
     torch.manual_seed(0)
     # tensor work runs on one live thread at a time: the engines' round threads and a
     # short-lived thread for transformers' loops, never the main thread (see engine.threads)
@@ -118,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
                                            args.max_tokens, args.k, on_cell=progress,
                                            engine_options={"threads": threads,
                                                            "cost_profile": args.cost_profile},
-                                           min_seconds=args.min_seconds)
+                                           min_seconds=args.min_seconds,
+                                           passes=args.passes)
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     eos = loaded.tokenizer.eos_token_id
     # outputs that differ from plain's: the target's top-2 gap where they first do (on the
@@ -129,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": threads, "min_seconds": args.min_seconds, "sampling": args.sampling,
+        "threads": threads, "min_seconds": args.min_seconds, "passes": args.passes, "sampling": args.sampling,
         "cost_profile": args.cost_profile,
         "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))

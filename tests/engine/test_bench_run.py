@@ -59,6 +59,17 @@ def test_min_seconds_repeats_passes_and_reports_the_median(target, chat_prompt_i
     assert summary["tokens_per_s"] == pytest.approx(sorted(6 / s for s in cell.pass_seconds)[1])
 
 
+def test_passes_sets_the_number_of_repeats_without_min_seconds(target, chat_prompt_ids):
+    prompts = [BenchPrompt(chat_prompt_ids("Name two fruits."), "chat", "Name two fruits.")]
+    seen: list[tuple[str, int]] = []
+    results = run_engine_groups(target, parse_groups("plain"), prompts, [1, 2], max_tokens=4,
+                                k=3, on_cell=lambda g, c: seen.append((g, c)),
+                                engine_options={"cost_profile": "none"}, passes=2)
+    # two passes at each concurrency, though no --min-seconds asks for any
+    assert seen == [("plain", 1), ("plain", 1), ("plain", 2), ("plain", 2)]
+    assert [len(results["plain"][c].pass_seconds) for c in (1, 2)] == [2, 2]
+
+
 def test_add_pass_sums_counters_and_keeps_the_first_outputs():
     from specd.worker.bench.engine_bench import Cell
 

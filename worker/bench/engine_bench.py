@@ -30,7 +30,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specd.api import metrics as names
-from specd.worker.bench.groups import Group, parse_sampling
+from specd.worker.bench.groups import Group, kind_of, parse_sampling
 from specd.worker.bench.prompts import BenchPrompt
 
 
@@ -233,7 +233,7 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
                       concurrencies: Sequence[int], max_tokens: int, k: int,
                       drafter_path: str | None = None, on_cell: Any = None,
                       engine_options: dict[str, Any] | None = None,
-                      min_seconds: float = 0.0) -> dict[str, dict[int, Cell]]:
+                      min_seconds: float = 0.0, passes: int = 1) -> dict[str, dict[int, Cell]]:
     """Run engine groups interleaved: every group at one concurrency, then the next.
 
     One engine per group (each with its own measured cost profile) stays up for the whole
@@ -242,8 +242,9 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     (this machine's speed drifts); each pass runs the prompts in ``slices``, every group
     taking each slice, the order of the groups alternating from slice to slice so no group
     always runs first. With ``min_seconds`` the groups at a concurrency repeat in
-    passes until each has run that long there (at most ``MAX_PASSES``); every cell then holds
-    all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is called before each
+    passes until each has run that long there (at most ``MAX_PASSES``), and in at least
+    ``passes`` passes (a count of repeats that does not depend on how fast a cell runs); every
+    cell then holds all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is called before each
     cell; ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
     """
     from prometheus_client import CollectorRegistry
@@ -259,7 +260,8 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
         config = EngineConfig(drafter=group.drafter, drafter_path=drafter_path,
                               prompt_lookup=group.lookup,
                               max_slots=max(concurrencies),
-                              max_context=max_prompt + max_tokens + 2 * k + 8,
+                              max_context=(max_prompt + max_tokens
+                                           + 2 * group.draft_length(k) + 8),
                               **(engine_options or {}))
         registry = CollectorRegistry()
         engines[group.base] = (Engine(loaded, config, policy=group.policy(k), registry=registry),
@@ -275,7 +277,7 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
         began = time.perf_counter()
         turn = 0
         for concurrency in concurrencies:
-            for _ in range(MAX_PASSES):
+            for done in range(1, max(MAX_PASSES, passes) + 1):
                 this_pass: dict[str, Cell] = {}
                 for lo, hi in slices(len(prompts), concurrency):
                     order = list(groups) if turn % 2 == 0 else list(reversed(groups))
@@ -302,7 +304,8 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
                         cells[name][concurrency].add_pass(cell)
                     else:
                         cells[name][concurrency] = cell
-                if all(cells[g.name][concurrency].seconds >= min_seconds for g in groups):
+                if done >= passes and all(cells[g.name][concurrency].seconds >= min_seconds
+                                          for g in groups):
                     break
 
     asyncio.run(run_all())
@@ -475,11 +478,13 @@ def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
                 scheduled: tuple[str, ...] = ("semi-ar-scheduled", "semi-ar-lookup-scheduled"),
                 rivals: tuple[str, ...] = ("plain", "parallel-fixed", "semi-ar-fixed")
                 ) -> dict[str, Any]:
-    """Scheme B (with and without prompt lookup beside it, whichever ran) against plain
-    decoding and the best fixed length, per concurrency, all from the one run (the ratios
+    """Scheme B (with and without prompt lookup beside it, whichever ran; at every draft
+    length that ran) against plain decoding and the best fixed length (of every fixed group
+    and draft length that ran), per concurrency, all from the one run (the ratios
     the seeds' claims are about)."""
-    names = [s for s in scheduled if s in groups] or list(scheduled[:1])
-    return {name: _compare(groups, name, rivals) for name in names}
+    names = [g for g in groups if kind_of(g) in scheduled and "@" not in g] or list(scheduled[:1])
+    rival_names = tuple(g for g in groups if kind_of(g) in rivals and "@" not in g)
+    return {name: _compare(groups, name, rival_names) for name in names}
 
 
 def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,

@@ -17,15 +17,30 @@ class Group:
     peer: str | None = None  # "generate" | "assisted-draft" | "assisted-lookup"
     lookup: bool = False  # prompt lookup beside the drafter (EngineConfig.prompt_lookup)
     sampling: str = "greedy"  # a SAMPLING variant (``with_sampling``)
+    k: int | None = None  # its own draft length (``name:kN``); None: the run's --k
 
     def policy(self, k: int) -> Policy:
         assert self.mode is not None
+        k = self.draft_length(k)
         return Policy(mode=self.mode, k_max=k, fixed_length=k, max_verify=k)
+
+    def draft_length(self, k: int) -> int:
+        return self.k if self.k is not None else k
 
     @property
     def base(self) -> str:
         """The group's name without its sampling variant (groups sharing it share an engine)."""
         return self.name.split("@", 1)[0]
+
+    @property
+    def kind(self) -> str:
+        """The group's name without its draft length or sampling variant ("semi-ar-fixed")."""
+        return kind_of(self.name)
+
+
+def kind_of(name: str) -> str:
+    """"semi-ar-fixed:k2@t0.7" -> "semi-ar-fixed"."""
+    return name.split("@", 1)[0].split(":", 1)[0]
 
     @property
     def temperature(self) -> float:
@@ -91,14 +106,30 @@ DEFAULT_GROUPS = ("plain", "ngram", "parallel-fixed", "semi-ar-fixed", "semi-ar-
 
 
 def parse_groups(text: str) -> list[Group]:
+    """Named groups, each optionally with its own draft length: "semi-ar-fixed:k2" runs
+    semi-ar-fixed at K=2 beside groups at the run's --k (so K is compared in one run)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in GROUPS]
+    unknown = [n for n in names if kind_of(n) not in GROUPS]
     if unknown or not names:
         raise SpecdError(f"unknown group(s) {', '.join(unknown) or '(none)'}: "
-                         f"choose from {', '.join(GROUPS)}")
+                         f"choose from {', '.join(GROUPS)} (optionally with :kN)")
+    if len(set(names)) != len(names):
+        raise SpecdError(f"--groups names a group twice: {text!r}")
     if "plain" not in names:  # match_plain needs the reference outputs
         names.insert(0, "plain")
-    return [GROUPS[n] for n in names]
+    return [_with_length(GROUPS[kind_of(n)], n) for n in names]
+
+
+def _with_length(group: Group, name: str) -> Group:
+    suffix = name.partition(":")[2]
+    if not suffix:
+        return group
+    if group.mode in (None, "plain"):
+        raise SpecdError(f"--groups: {name!r}: only drafting groups take a draft length")
+    if not (suffix.startswith("k") and suffix[1:].isdigit() and int(suffix[1:]) >= 1):
+        raise SpecdError(f"--groups: {name!r}: a draft length is written :kN, N >= 1 "
+                         "(e.g. semi-ar-fixed:k2)")
+    return dataclasses.replace(group, name=name, k=int(suffix[1:]))
 
 
 def parse_concurrency(text: str) -> list[int]:

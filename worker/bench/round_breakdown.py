@@ -42,7 +42,7 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
     engines = {}
     for g in groups:
         config = EngineConfig(drafter=g.drafter, prompt_lookup=g.lookup, max_slots=concurrency,
-                              max_context=max_prompt + max_tokens + 2 * k + 8,
+                              max_context=max_prompt + max_tokens + 2 * g.draft_length(k) + 8,
                               **(engine_options or {}))
         engine = Engine(loaded, config, policy=g.policy(k))
         engine.prepare()  # its step-cost table, as a serving engine measures at start
