@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rounds.add_argument("--max-tokens", type=int, default=64)
     rounds.add_argument("--k", type=int, default=4, help="draft length K")
     rounds.add_argument("--passes", type=int, default=2)
+    rounds.add_argument("--open-gate", action="store_true",
+                        help="also run each scheduled group with its draft gate held open "
+                             "(every round drafts: the engine before issue 26's fix)")
     rounds.add_argument("--device", default="auto")
     rounds.add_argument("--dtype", default="auto")
     rounds.add_argument("--json", dest="json_out", default=None, help="write results here")
@@ -155,6 +158,8 @@ def run_rounds(args: argparse.Namespace) -> int:
     groups = parse_groups(args.groups)
     if any(g.peer for g in groups):
         raise SpecdError("specd bench rounds runs engine groups only")
+    if args.open_gate:
+        groups = round_breakdown.with_open_gate(groups)
     if min(args.concurrency, args.max_tokens, args.k, args.passes) < 1:
         raise SpecdError("--concurrency, --max-tokens, --k and --passes must be >= 1")
     torch.manual_seed(0)
@@ -167,8 +172,8 @@ def run_rounds(args: argparse.Namespace) -> int:
     print(round_breakdown.format_table(doc))
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
-                "passes": args.passes, "prompts": len(prompts), "dtype": str(loaded.dtype),
-                "device": str(loaded.device)}
+                "passes": args.passes, "open_gate": args.open_gate, "prompts": len(prompts),
+                "dtype": str(loaded.dtype), "device": str(loaded.device)}
         with open(args.json_out, "w") as f:
             json.dump({"meta": meta, "groups": doc}, f, indent=1)
     return 0

@@ -148,3 +148,23 @@ def test_sampling_variants_compare_coupled_with_standard(target, chat_prompt_ids
     row = rows["semi-ar-fixed"]["t1.0"]["1"]
     assert row["tau_coupled"] >= 1.0 and row["tau_standard"] >= 1.0
     assert "semi-ar-fixed t1.0 c=1: tau standard" in format_table(doc)
+
+
+def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_prompt_ids):
+    from specd.worker.bench import round_breakdown
+
+    groups = round_breakdown.with_open_gate(parse_groups("semi-ar-scheduled"))
+    assert [g.name for g in groups] == ["plain", "semi-ar-scheduled",
+                                        "semi-ar-scheduled+open-gate"]
+    prompts = [BenchPrompt(chat_prompt_ids(q), "chat", q)
+               for q in ("Name two fruits.", "Count to five.")]
+    out = round_breakdown.run(target, groups, prompts, concurrency=2, max_tokens=8, k=3,
+                              passes=1, engine_options={"cost_profile": "none"})
+    doc = round_breakdown.summarise(out, concurrency=2)
+    # held open, every full-batch round drafts (the last, one token left, is not full-batch
+    # for both rows alike only if they end together: they do, same max_tokens)
+    opened = [r for r in out["semi-ar-scheduled+open-gate"].rounds
+              if r.rows == 2 and not r.prefill_tokens]
+    assert opened and all(r.kind == "speculative" for r in opened[:-1])
+    assert doc["plain"]["drafted_share"] == 0.0
+    assert doc["semi-ar-scheduled+open-gate"]["drafted_share"] > doc["plain"]["drafted_share"]

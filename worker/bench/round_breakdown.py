@@ -12,6 +12,7 @@ parts say which phase pays when it does not.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -32,10 +33,47 @@ class GroupRounds:
     tokens: int = 0
 
 
+OPEN_GATE = "+open-gate"  # a scheduled group's twin whose every round drafts
+
+
+def with_open_gate(groups: Sequence[Group]) -> list[Group]:
+    """``groups`` and, after each scheduled one, its twin with the draft gate held open: every
+    round drafts and the scheduler alone decides what is verified, as before the gate priced
+    rounds with the measured step costs (issue 26), so the two show what the gate saves."""
+    out: list[Group] = []
+    for g in groups:
+        out.append(g)
+        if g.mode == "scheduled":
+            out.append(dataclasses.replace(g, name=g.name + OPEN_GATE))
+    return out
+
+
+class _OpenGate:
+    """A draft gate that always drafts (``DraftGate``'s interface, nothing learnt)."""
+
+    def __init__(self, gate: Any) -> None:
+        self.costs = gate.costs
+
+    def choose(self, *args: Any, **kwargs: Any) -> Any:
+        from specd.worker.engine.draft_gate import Choice
+
+        return Choice(True, why="held open")
+
+    def learn(self, *args: Any) -> None:
+        pass
+
+    def record(self, *args: Any) -> None:
+        pass
+
+    def forget_predictions(self) -> None:
+        pass
+
+
 def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], concurrency: int,
         max_tokens: int, k: int, passes: int, engine_options: dict[str, Any] | None = None
         ) -> dict[str, GroupRounds]:
-    """Every group over ``prompts`` at ``concurrency``, ``passes`` times, on this thread."""
+    """Every group over ``prompts`` at ``concurrency``, ``passes`` times, on this thread (a
+    group named ``...+open-gate``: its draft gate held open)."""
     from specd.worker.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 
     max_prompt = max(len(p.token_ids) for p in prompts)
@@ -46,6 +84,8 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
                               **(engine_options or {}))
         engine = Engine(loaded, config, policy=g.policy(k))
         engine.prepare()  # its step-cost table, as a serving engine measures at start
+        if g.name.endswith(OPEN_GATE):
+            engine.core.gate = _OpenGate(engine.core.gate)
         engines[g.name] = engine
     out = {g.name: GroupRounds(g.name) for g in groups}
     for turn in range(passes):
