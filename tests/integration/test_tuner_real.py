@@ -28,7 +28,9 @@ than plain), tuning on:
    temperature 2.0 (its twelve drafts are mostly rejected) and chat decodes greedily a count
    the drafter follows: code goes plain -- its goodput measured below the workers' own
    true-plain reference rounds -- while chat stays speculative; the ConfigMap, the workers'
-   metrics, the history store and an Event all say so. No request fails.
+   metrics, the history store and an Event all say so. No request fails. Then the same
+   traffic on a plain-only worker (no drafter) beside it: over the same window, code's TPOT
+   on the tuned worker is within 3 % of the plain-only worker's, and chat's is lower.
 3. The operator SIGKILLed and restarted: the tuned overlay is still rendered (it lives in
    the status), and the plain back-off goes on from where it was (status.tuning).
 4. Prometheus stopped (SIGSTOP): the next interval changes nothing and says why.
@@ -54,7 +56,10 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from specd.api import k8s
+from specd.api import metrics as names
 from specd.kubectl.cli import main as kubectl_specd
 from specd_dev.cluster.handle import wait_for
 from specd_dev.testing import Svc, Traffic, operator_for_namespace, prometheus_stopped
@@ -83,6 +88,10 @@ SPEC = {
 PROMPTS = {"chat": "Count from 1 to 30, separated by commas.",
            "code": "Write a story about a dragon."}
 TEMPERATURES = {"code": 2.0}
+# the same worker decoding plainly, no drafter: what the plain group's TPOT must recover to
+PLAIN_ONLY = {**SPEC, "drafter": {"method": "none"}, "verification": {"mode": "plain"},
+              "tuning": {"enabled": False}}
+TPOT_WINDOW_S = 45  # well inside the plain back-off (3 intervals) once code decodes plain
 
 
 @pytest.fixture(scope="module")
@@ -100,22 +109,50 @@ def condition(status: dict) -> dict:
     return next((c for c in status.get("conditions") or [] if c["type"] == "Tuned"), {})
 
 
-def emitted_by_mode(cluster, namespace: str, pod_port: int) -> dict[tuple[str, str], float]:
-    text = httpx.get(f"http://127.0.0.1:{pod_port}/metrics", timeout=10).text
-    out: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        if line.startswith("specd_emitted_tokens_total{"):
-            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:
-                                                              line.index("}")].split(","))
-            key = (labels["task_group"].strip('"'), labels["policy_mode"].strip('"'))
-            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+def worker_port(cluster, svc: Svc) -> int:
+    """The loopback port of the service's one worker (a real process of the pod runner)."""
+    (pod,) = [p for p in svc.core.list_namespaced_pod(
+        svc.ns, label_selector=f"{k8s.LABEL_SERVICE}={svc.name}").items
+        if p.metadata.deletion_timestamp is None]
+    return int(cluster.runner_state().pod(svc.ns, pod.metadata.name)["ports"]["8000"])
+
+
+def summed(port: int, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+    """One metric's samples from a worker's /metrics, summed by the values of ``labels``."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    out: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                key = tuple(sample.labels[label] for label in labels)
+                out[key] = out.get(key, 0.0) + sample.value
     return out
+
+
+def emitted_by_mode(port: int) -> dict[tuple[str, ...], float]:
+    return summed(port, f"{names.EMITTED_TOKENS}_total", "task_group", "policy_mode")
+
+
+def tpot_by_group(port: int) -> dict[str, tuple[float, float]]:
+    """Per task group: the worker's TPOT histogram (sum of seconds, requests) so far."""
+    sums = summed(port, f"{names.TIME_PER_OUTPUT_TOKEN_SECONDS}_sum", "task_group")
+    counts = summed(port, f"{names.TIME_PER_OUTPUT_TOKEN_SECONDS}_count", "task_group")
+    return {key[0]: (sums[key], counts.get(key, 0.0)) for key in sums}
+
+
+def mean_tpot(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
+              group: str) -> tuple[float, int]:
+    """A group's mean TPOT between two readings, and the requests it rests on."""
+    (s0, n0), (s1, n1) = before.get(group, (0.0, 0.0)), after[group]
+    return ((s1 - s0) / (n1 - n0) if n1 > n0 else float("nan")), int(n1 - n0)
 
 
 def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsys) -> None:
     namespace, operator = op
     svc = Svc(cluster, namespace, "tuned")
     svc.create(SPEC)
+    plain_only = Svc(cluster, namespace, "plain-only")  # starts meanwhile; idle until step 2
+    plain_only.create(PLAIN_ONLY)
     svc.wait(lambda s: s.get("phase") == "Ready", "the service Ready")
 
     # 1. no traffic: the intervals hold and say why
@@ -140,13 +177,38 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
             "mode") == "plain", "the ConfigMap to carry the tuned group", timeout=30)
         assert svc.policy("stable")["mode"] == "fixed"  # the spec's mode for everyone else
         # the workers run code plain now: its tokens are counted under policy_mode="plain"
-        (pod,) = [p for p in svc.core.list_namespaced_pod(namespace).items
-                  if p.metadata.deletion_timestamp is None]
-        port = cluster.runner_state().pod(namespace, pod.metadata.name)["ports"]["8000"]
-        wait_for(lambda: emitted_by_mode(cluster, namespace, port).get(("code", "plain"), 0) > 0,
+        port = worker_port(cluster, svc)
+        wait_for(lambda: emitted_by_mode(port).get(("code", "plain"), 0) > 0,
                  "code tokens decoded plain", timeout=60)
         print(f"\ncode went plain {took:.0f} s after the traffic started; "
               f"evidence: {groups['code']['reason']}")
+
+        # 2b. code's TPOT has recovered: the same traffic on a plain-only worker beside it, both
+        #     read over the same window from the workers' own TPOT histograms (one request at
+        #     a time each, so code's rows run alone, as the plain-only worker's do)
+        plain_only.wait(lambda s: s.get("phase") == "Ready", "the plain-only service Ready")
+        ref_port = worker_port(cluster, plain_only)
+        ref_url = cluster.service_url(namespace, "plain-only", ready=1)
+        with Traffic(ref_url, concurrency=1, max_tokens=16, prompts=PROMPTS,
+                     temperatures=TEMPERATURES) as reference:
+            time.sleep(5)  # its first requests (cold caches) left out
+            before = (tpot_by_group(port), tpot_by_group(ref_port))
+            time.sleep(TPOT_WINDOW_S)
+            after = (tpot_by_group(port), tpot_by_group(ref_port))
+        assert reference.sent > 0 and reference.failed == 0, reference.errors[:5]
+        still = tuned(svc.status())["groups"]["code"]
+        assert still["mode"] == "plain" and still["plainSince"] == groups["code"][
+            "plainSince"], ("re-probed inside the TPOT window", still)
+        tpot = {(g, side): mean_tpot(before[i], after[i], g)
+                for g in PROMPTS for i, side in enumerate(("tuned", "plain-only"))}
+        code_speed = tpot["code", "plain-only"][0] / tpot["code", "tuned"][0]
+        chat_speed = tpot["chat", "plain-only"][0] / tpot["chat", "tuned"][0]
+        print(f"TPOT over {TPOT_WINDOW_S} s (mean s, requests): {tpot}; code (plain) at "
+              f"{code_speed:.3f}x the plain-only worker's speed, chat (speculative) "
+              f"{chat_speed:.2f}x")
+        assert min(n for _, n in tpot.values()) >= 3, tpot
+        assert code_speed >= 0.97, tpot
+        assert chat_speed > 1.0, tpot  # the group that drafts well stays faster than plain
 
         # 3. the operator killed and restarted at once: the overlay is in the status, still
         #    rendered, and the back-off clock goes on (it would restart if kept in memory)
@@ -204,6 +266,7 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
     evidence = json.loads(next(r[3] for r in rows if r[0] == "code" and r[1] == "plain"))
     assert evidence["plain_goodput"] > 0 and "below true plain" in evidence["decision"], evidence
     svc.delete()
+    plain_only.delete()
 
 
 CALIBRATION = {
