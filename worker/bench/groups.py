@@ -38,10 +38,6 @@ class Group:
         return kind_of(self.name)
 
 
-def kind_of(name: str) -> str:
-    """"semi-ar-fixed:k2@t0.7" -> "semi-ar-fixed"."""
-    return name.split("@", 1)[0].split(":", 1)[0]
-
     @property
     def temperature(self) -> float:
         return parse_sampling(self.sampling)[0]
@@ -49,6 +45,11 @@ def kind_of(name: str) -> str:
     @property
     def seeded(self) -> bool:
         return parse_sampling(self.sampling)[1]
+
+
+def kind_of(name: str) -> str:
+    """"semi-ar-fixed:k2@t0.7" -> "semi-ar-fixed"."""
+    return name.split("@", 1)[0].split(":", 1)[0]
 
 
 SEED_BASE = 1000  # seeded variants: prompt i carries seed SEED_BASE + i
