@@ -244,8 +244,8 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     always runs first. With ``min_seconds`` the groups at a concurrency repeat in
     passes until each has run that long there (at most ``MAX_PASSES``), and in at least
     ``passes`` passes (a count of repeats that does not depend on how fast a cell runs); every
-    cell then holds all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is called before each
-    cell; ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
+    cell then holds all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is
+    called before each cell; ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
     """
     from prometheus_client import CollectorRegistry
 

@@ -37,7 +37,6 @@ class Group:
         """The group's name without its draft length or sampling variant ("semi-ar-fixed")."""
         return kind_of(self.name)
 
-
     @property
     def temperature(self) -> float:
         return parse_sampling(self.sampling)[0]
