@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     doc = bench.report(args.model, results, {
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
-        "threads": threads, "min_seconds": args.min_seconds, "passes": args.passes, "sampling": args.sampling,
+        "threads": threads, "min_seconds": args.min_seconds, "passes": args.passes,
+        "sampling": args.sampling,
         "cost_profile": args.cost_profile,
         "slice_prompts": bench.SLICE_PROMPTS})
     print(bench.format_table(doc))

@@ -161,8 +161,9 @@ def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_
     out = round_breakdown.run(target, groups, prompts, concurrency=2, max_tokens=8, k=3,
                               passes=1, engine_options={"cost_profile": "none"})
     doc = round_breakdown.summarise(out, concurrency=2)
-    # held open, every full-batch round drafts (the last, one token left, is not full-batch
-    # for both rows alike only if they end together: they do, same max_tokens)
+    # held open, every full-batch round drafts but the last (one token left: nothing to draft);
+    # that the open gate drafts where the gate would not: test_draft_gate (this cost profile
+    # lets the gated twin draft too)
     opened = [r for r in out["semi-ar-scheduled+open-gate"].rounds
               if r.rows == 2 and not r.prefill_tokens]
     assert opened and all(r.kind == "speculative" for r in opened[:-1])

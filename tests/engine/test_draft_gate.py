@@ -115,3 +115,14 @@ def test_learning_clears_cached_predictions_and_buckets_are_powers_of_two() -> N
     gate.draft_seconds[1] = 10.0
     assert gate.predict(POLICY, [POLICY], 1, 1) is False
     assert [bucket(n) for n in (1, 2, 3, 4, 5, 16, 17)] == [1, 2, 4, 4, 8, 16, 32]
+
+
+def test_the_breakdowns_open_gate_drafts_where_the_gate_would_not():
+    from specd.worker.bench.round_breakdown import open_gate
+
+    closed = learnt(STEEP)  # predicted: plain
+    assert closed.choose(POLICY, [POLICY], 1, rows=1, measured=True).draft is False
+    opened = open_gate(closed)
+    assert opened.costs is closed.costs and opened.outcomes is closed.outcomes
+    assert all(opened.choose(POLICY, [POLICY], 1, rows=1, measured=True).draft
+               for _ in range(40))  # no probe the other way either

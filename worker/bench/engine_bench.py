@@ -245,7 +245,8 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     passes until each has run that long there (at most ``MAX_PASSES``), and in at least
     ``passes`` passes (a count of repeats that does not depend on how fast a cell runs); every
     cell then holds all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is
-    called before each cell; ``engine_options``: further EngineConfig fields (tests: ``cost_profile="none"``).
+    called before each cell; ``engine_options``: further EngineConfig fields (tests:
+    ``cost_profile="none"``).
     """
     from prometheus_client import CollectorRegistry
 

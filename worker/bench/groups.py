@@ -33,11 +33,6 @@ class Group:
         return self.name.split("@", 1)[0]
 
     @property
-    def kind(self) -> str:
-        """The group's name without its draft length or sampling variant ("semi-ar-fixed")."""
-        return kind_of(self.name)
-
-    @property
     def temperature(self) -> float:
         return parse_sampling(self.sampling)[0]
 
@@ -47,7 +42,8 @@ class Group:
 
 
 def kind_of(name: str) -> str:
-    """"semi-ar-fixed:k2@t0.7" -> "semi-ar-fixed"."""
+    """A group's name without its draft length or sampling variant:
+    "semi-ar-fixed:k2@t0.7" -> "semi-ar-fixed"."""
     return name.split("@", 1)[0].split(":", 1)[0]
 
 

@@ -48,25 +48,15 @@ def with_open_gate(groups: Sequence[Group]) -> list[Group]:
     return out
 
 
-class _OpenGate:
-    """A draft gate that always drafts (``DraftGate``'s interface, nothing learnt)."""
+def open_gate(gate: Any) -> Any:
+    """The engine's draft gate, made to draft in every round (still learning and recording)."""
+    from specd.worker.engine.draft_gate import Choice, DraftGate
 
-    def __init__(self, gate: Any) -> None:
-        self.costs = gate.costs
+    class OpenGate(DraftGate):
+        def choose(self, *args: Any, **kwargs: Any) -> Choice:
+            return Choice(True, why="held open")
 
-    def choose(self, *args: Any, **kwargs: Any) -> Any:
-        from specd.worker.engine.draft_gate import Choice
-
-        return Choice(True, why="held open")
-
-    def learn(self, *args: Any) -> None:
-        pass
-
-    def record(self, *args: Any) -> None:
-        pass
-
-    def forget_predictions(self) -> None:
-        pass
+    return OpenGate(gate.costs, gate.outcomes)
 
 
 def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], concurrency: int,
@@ -85,7 +75,7 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
         engine = Engine(loaded, config, policy=g.policy(k))
         engine.prepare()  # its step-cost table, as a serving engine measures at start
         if g.name.endswith(OPEN_GATE):
-            engine.core.gate = _OpenGate(engine.core.gate)
+            engine.core.gate = open_gate(engine.core.gate)
         engines[g.name] = engine
     out = {g.name: GroupRounds(g.name) for g in groups}
     for turn in range(passes):
