@@ -36,6 +36,9 @@ def test_groups_run_interleaved_and_match_plain(target, chat_prompt_ids, same_or
             same_or_near_tie(p.token_ids, out, ref)  # batched: only logit near-ties may differ
     sched = doc["groups"]["semi-ar-scheduled"]["1"]
     assert sched["tau"] > 1.0 and sched["drafter_memory_mb"] > 0
+    for name in names:  # one at a time: all after the first token; at 2 the third drains
+        assert results[name][1].full_tokens == [29], name
+        assert 0 < results[name][2].full_tokens[0] < 29, name
 
 
 def test_min_seconds_repeats_passes_and_reports_the_median(target, chat_prompt_ids, monkeypatch):
@@ -169,3 +172,38 @@ def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_
     assert opened and all(r.kind == "speculative" for r in opened[:-1])
     assert doc["plain"]["drafted_share"] == 0.0
     assert doc["semi-ar-scheduled+open-gate"]["drafted_share"] > doc["plain"]["drafted_share"]
+
+
+def test_full_batch_counts_tokens_until_the_batch_can_no_longer_be_refilled(monkeypatch):
+    """A fake engine on a logical clock (one tick per streamed token): at C=2 both requests
+    have their first token at tick 2, and the 2-token one ends at tick 4 with nothing left to
+    start, so the full batch decoded 2 tokens over 2 ticks; the 4-token request's last 2
+    tokens stream in the drain."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from specd.worker.bench import engine_bench
+
+    clock = [0.0]
+    monkeypatch.setattr(engine_bench.time, "perf_counter", lambda: clock[0])
+
+    class Ticking:
+        async def submit(self, request):
+            for _ in range(request.params.max_tokens):
+                await asyncio.sleep(0)  # let the other request stream between our tokens
+                clock[0] += 1
+                yield SimpleNamespace(token_ids=[7], spec=None)
+
+    lengths = iter([4, 2])
+    monkeypatch.setattr(engine_bench, "request_params",
+                        lambda group, max_tokens, index: SimpleNamespace(max_tokens=next(lengths)))
+    prompts = [BenchPrompt([1, 2], "chat", "a"), BenchPrompt([3], "chat", "b")]
+    bar = SimpleNamespace(update=lambda n: None)
+    driven = asyncio.run(engine_bench._drive(Ticking(), prompts, 2, 4, bar))
+    assert [len(out[0]) for out in driven.outputs] == [4, 2]
+    assert (driven.seconds, driven.full_tokens, driven.full_seconds) == (6.0, 2, 2.0)
+    cell = engine_bench.Cell([o[0] for o in driven.outputs], driven.seconds, driven.rates,
+                             full_tokens=[driven.full_tokens], full_seconds=[driven.full_seconds])
+    cell.add_slice(engine_bench.Cell([[7] * 3], 2.0, [1.5], full_tokens=[3], full_seconds=[2.0]))
+    summary = cell.summary()
+    assert summary["tokens_per_s"] == 9 / 8 and summary["full_batch_tokens_per_s"] == 5 / 4

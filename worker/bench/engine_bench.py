@@ -13,6 +13,16 @@ the prompts run in slices (``slices``: whole waves of C, at least ``SLICE_PROMPT
 every group taking each slice in turn, so a slow minute of the machine falls on
 every group alike instead of on whichever group's long cell it hit (at C=1 one group's pass
 over 40 prompts took about 80 s).
+
+A slice ends in a drain: once no prompt is left to start, the batch shrinks as requests end.
+Plain decoding's rows emit one token a round and end together; a speculative group's rows
+commit a varying number a round and end rounds apart, so its last rounds run with a few rows
+and the slice's tokens/s understates what it does with C users kept busy. Each cell therefore
+also reports ``full_batch_tokens_per_s``: the tokens streamed once the first wave's C requests
+have all had their first token, until the first request ends with no prompt left to take its
+place, over that time: the decode rate of a server whose batch stays full under C users (the
+first wave's prefill is left out, as it would weigh on a group whose first request ends early;
+later waves' prefills stay in; at C=1 it is the whole slice after the first token).
 """
 
 from __future__ import annotations
@@ -55,20 +65,29 @@ class Cell:
     divergence_top2_gap_max: float | None = None  # see mark_matches
     started_s: float | None = None  # when the cell began, seconds into the engine groups' run
     pass_seconds: list[float] = field(default_factory=list)  # every pass; seconds = their sum
+    # per pass: tokens and seconds while the batch was full (summed over the pass's slices)
+    full_tokens: list[int] = field(default_factory=list)
+    full_seconds: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.pass_seconds:
             self.pass_seconds = [self.seconds]
+        if not self.full_tokens:
+            self.full_tokens, self.full_seconds = [0], [0.0]
 
     def add_pass(self, other: Cell) -> None:
         """Fold a repeated pass over the same prompts into this cell (outputs: the first's)."""
         self.pass_seconds += other.pass_seconds
+        self.full_tokens += other.full_tokens
+        self.full_seconds += other.full_seconds
         self._add_counts(other)
 
     def add_slice(self, other: Cell) -> None:
         """Append the next slice of prompts of the same pass (outputs in prompt order)."""
         self.outputs += other.outputs
         self.pass_seconds[-1] += other.seconds
+        self.full_tokens[-1] += sum(other.full_tokens)
+        self.full_seconds[-1] += sum(other.full_seconds)
         self._add_counts(other)
 
     def _add_counts(self, other: Cell) -> None:
@@ -84,10 +103,13 @@ class Cell:
         tokens = sum(len(o) for o in self.outputs)
         phase_total = sum(self.phase_seconds.values())
         rates = [tokens / s for s in self.pass_seconds if s]
+        full = [t / s for t, s in zip(self.full_tokens, self.full_seconds, strict=True) if s]
         return {
             # the median pass (one pass: its rate)
             "tokens_per_s": statistics.median(rates) if rates else 0.0,
             "passes_tokens_per_s": [round(r, 1) for r in rates],
+            "full_batch_tokens_per_s": statistics.median(full) if full else None,
+            "passes_full_batch_tokens_per_s": [round(r, 1) for r in full],
             "per_request_tokens_per_s": (sum(self.per_request_tokens_per_s)
                                          / len(self.per_request_tokens_per_s)),
             "tau": ((self.accepted + self.rounds) / self.rounds) if self.rounds else None,
@@ -189,30 +211,62 @@ def request_params(group: Group | None, max_tokens: int, index: int) -> Any:
 
 async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
                  max_tokens: int, bar: tqdm, group: Group | None = None, first: int = 0
-                 ) -> tuple[list[Any], float, list[float]]:
+                 ) -> Driven:
     from specd.worker.engine import GenerationRequest
 
     outputs: list[Any] = [None] * len(prompts)
     rates: list[float] = [0.0] * len(prompts)
     gate = asyncio.Semaphore(concurrency)
+    streamed: list[tuple[float, int]] = []  # (when, tokens) of every event
+    not_started = len(prompts)
+    first_wave = min(concurrency, len(prompts))
+    full_from: float | None = None  # the first wave's last first token: the batch decodes
+    full_until: float | None = None  # the first end with no prompt left to take its place
 
     async def one(i: int, prompt: BenchPrompt) -> None:
+        nonlocal not_started, first_wave, full_from, full_until
         async with gate:
+            not_started -= 1
             params = request_params(group, max_tokens, first + i)
             request = GenerationRequest(list(prompt.token_ids), params, prompt.task_group)
             began = time.perf_counter()
             tokens: list[int] = []
             last = None
             async for event in engine.submit(request):
+                now = time.perf_counter()
+                if not tokens and event.token_ids and full_from is None:
+                    first_wave -= 1
+                    if first_wave == 0:
+                        full_from = now
                 tokens.extend(event.token_ids)
+                streamed.append((now, len(event.token_ids)))
                 last = event
+            ended = time.perf_counter()
             outputs[i] = (tokens, last.spec if last else None)
-            rates[i] = len(tokens) / (time.perf_counter() - began)
+            rates[i] = len(tokens) / (ended - began)
+            if not_started == 0 and full_until is None:
+                full_until = ended
             bar.update(1)
 
     start = time.perf_counter()
     await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
-    return outputs, time.perf_counter() - start, rates
+    seconds = time.perf_counter() - start
+    since = full_from if full_from is not None else start
+    until = full_until if full_until is not None else start + seconds
+    return Driven(outputs, seconds, rates, sum(n for t, n in streamed if since < t <= until),
+                  max(0.0, until - since))
+
+
+@dataclass
+class Driven:
+    """One slice of prompts driven through an engine: each request's (tokens, SpecStats),
+    the slice's seconds, each request's tokens/s, and the tokens and seconds while full."""
+
+    outputs: list[Any]
+    seconds: float
+    rates: list[float]
+    full_tokens: int
+    full_seconds: float
 
 
 MAX_PASSES = 5
@@ -319,14 +373,15 @@ async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[Ben
     before = _phase_seconds(registry)
     bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
     with RssSampler() as rss:
-        results, seconds, rates = await _drive(engine, prompts, concurrency, max_tokens, bar,
-                                               group, first)
+        driven = await _drive(engine, prompts, concurrency, max_tokens, bar, group, first)
     bar.close()
     after = _phase_seconds(registry)
-    cell = Cell([r[0] for r in results], seconds, rates, peak_rss_mb=rss.peak_mb,
+    cell = Cell([r[0] for r in driven.outputs], driven.seconds, driven.rates,
+                peak_rss_mb=rss.peak_mb,
                 phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
-                memory=engine.memory_bytes(), costs=engine.costs)
-    for _, spec in results:
+                memory=engine.memory_bytes(), costs=engine.costs,
+                full_tokens=[driven.full_tokens], full_seconds=[driven.full_seconds])
+    for _, spec in driven.outputs:
         if spec is not None:
             cell.rounds += spec.rounds
             cell.drafted += spec.drafted
@@ -493,13 +548,18 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
     out: dict[str, Any] = {}
     sched = groups.get(scheduled, {})
     for conc, cell in sched.items():
-        rates = {g: groups[g][conc]["tokens_per_s"] for g in rivals if conc in groups.get(g, {})}
         row: dict[str, Any] = {}
-        if rates:
+        # over whole slices (drain included), then while the batch is full (see the module)
+        for key, prefix in (("tokens_per_s", ""), ("full_batch_tokens_per_s", "full_batch_")):
+            rates = {g: groups[g][conc][key] for g in rivals
+                     if groups.get(g, {}).get(conc, {}).get(key)}
+            if not rates or not cell.get(key):
+                continue
             best = max(rates, key=rates.__getitem__)
-            row |= {"best_rival": best, "vs_best_rival": cell["tokens_per_s"] / rates[best]}
-        if "plain" in rates:
-            row["vs_plain"] = cell["tokens_per_s"] / rates["plain"]
+            row |= {f"{prefix}best_rival": best,
+                    f"{prefix}vs_best_rival": cell[key] / rates[best]}
+            if "plain" in rates:
+                row[f"{prefix}vs_plain"] = cell[key] / rates["plain"]
         hf = groups.get("hf-generate", {}).get(conc)
         if hf:
             row["vs_hf_generate"] = cell["tokens_per_s"] / hf["tokens_per_s"]
@@ -510,7 +570,7 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
 
 def format_table(doc: dict[str, Any]) -> str:
     """One row per group and concurrency, with the speed-up over plain at that concurrency."""
-    header = (f"{'group':<30}{'conc':>5}{'tok/s':>9}{'x plain':>9}{'req tok/s':>11}"
+    header = (f"{'group':<30}{'conc':>5}{'tok/s':>9}{'x plain':>9}{'full x':>8}{'req tok/s':>11}"
               f"{'tau':>7}{'trunc':>7}{'verif':>7}{'rss MB':>9}  {'match':<12} phase share")
     lines = [header, "-" * len(header)]
     for group, cells in doc["groups"].items():
@@ -519,13 +579,16 @@ def format_table(doc: dict[str, Any]) -> str:
         for conc, s in cells.items():
             base = plain.get(conc, {}).get("tokens_per_s") or None
             ratio = f"{s['tokens_per_s'] / base:.2f}" if base else "-"
+            full_base = plain.get(conc, {}).get("full_batch_tokens_per_s") or None
+            full = s.get("full_batch_tokens_per_s")
+            full_ratio = f"{full / full_base:.2f}" if full and full_base else "-"
             fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
             share = " ".join(f"{p[0]}{v * 100:.0f}%" for p, v in s["phase_share"].items())
             match = ("yes" if s["match_plain"] else
                      f"{s['matched_requests']}/{s['requests']}") if s["match_plain"] is not None else "-"
             if s.get("divergence_top2_gap_max") is not None:  # worst first-divergence gap
                 match += f" <{s['divergence_top2_gap_max']:.2f}"
-            lines.append(f"{group:<30}{conc:>5}{s['tokens_per_s']:>9.1f}{ratio:>9}"
+            lines.append(f"{group:<30}{conc:>5}{s['tokens_per_s']:>9.1f}{ratio:>9}{full_ratio:>8}"
                          f"{s['per_request_tokens_per_s']:>11.1f}{fmt(s['tau'], '.2f'):>7}"
                          f"{fmt(s['truncation_ratio'], '.2f'):>7}{fmt(s['mean_verified'], '.2f'):>7}"
                          f"{s['peak_rss_mb']:>9.0f}  {match:<12} {share}")
