@@ -73,10 +73,11 @@ def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_hol
     assert sum(choices[-1000:]) <= long_run * 1000 + 1
 
 
-def test_probes_keep_their_first_interval_until_the_other_choice_is_measured() -> None:
+def test_probes_come_often_until_the_other_choice_is_measured_then_back_off() -> None:
     """A prediction can be wrong; what overrules it is the measured comparison, which needs
-    ``min_rounds`` of each kind. Backing off before that would let a wrong decision stand
-    for hundreds of rounds."""
+    ``min_rounds`` of each kind. Probing at the steady interval until then let a wrong
+    decision stand for over a hundred rounds (a bench cell at c=32 drafted at a loss
+    throughout); probing often costs at most ``min_rounds`` probes."""
     gate = learnt(STEEP)  # predicted: plain; drafting never measured yet
     need = gate.outcomes.min_rounds
     probes: list[int] = []
@@ -88,11 +89,14 @@ def test_probes_keep_their_first_interval_until_the_other_choice_is_measured() -
             gate.record(RoundOutcome(1, False, 1.0, 1))
     gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
     steady = DraftGate.PROBE_EVERY + 1
-    # probe k fires with k - 1 drafting rounds measured: the first interval holds until
-    # ``need`` are, then it backs off
-    assert gaps[:need] == [steady] * need
-    assert gaps[need] == 2 * DraftGate.PROBE_EVERY + 1
-    assert len(probes) <= DraftGate.probe_share_bound()[0] * 20 * steady + 1
+    # probe k fires with k - 1 drafting rounds measured: every PROBE_LEARN + 1 rounds until
+    # ``need`` are, then the steady interval, then it backs off
+    assert probes[0] == DraftGate.PROBE_LEARN
+    assert gaps[:need - 1] == [DraftGate.PROBE_LEARN + 1] * (need - 1)
+    assert gaps[need - 1:need + 1] == [steady, 2 * DraftGate.PROBE_EVERY + 1]
+    assert len(probes) <= gate.max_probes(20 * steady)
+    # the comparison is there after need probes: a drafting loss, so it stands as plain
+    assert gate.outcomes.drafting_wins(1) is False
 
 
 def test_each_situation_keeps_its_own_probe_interval_and_unmeasured_rounds_never_probe() -> None:

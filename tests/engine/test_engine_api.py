@@ -131,10 +131,10 @@ def test_scheduled_mode_stops_drafting_when_verification_cannot_pay(make_engine,
     b = steep.generate([GenerationRequest(ids, params)])[0]
     assert a.token_ids == b.token_ids
     assert a.spec.accepted > 0 and a.spec.rounds < len(a.token_ids) - 1
-    # steep: the first round drafts (nothing known yet), then only the probes do, at most
-    # one round in PROBE_EVERY + 1 (fewer once both kinds are measured)
+    # steep: the first round drafts (nothing known yet), then only the probes do (the gate's
+    # stated bound: min_rounds while drafting is measured, then one round in PROBE_EVERY + 1)
     assert b.spec.verified == 0
-    assert b.spec.drafted <= 4 * (1 + b.spec.rounds // (steep.core.gate.PROBE_EVERY + 1))
+    assert b.spec.drafted <= 4 * (1 + steep.core.gate.max_probes(b.spec.rounds))
 
 
 async def test_dead_round_thread_turns_healthz_500(make_engine, target):
@@ -334,4 +334,4 @@ def test_a_round_the_gate_turns_plain_is_exactly_a_plain_round(make_engine, chat
             assert stats.verified == 0
     plain = [k for k in kinds[1:] if k == "plain"]
     # the first rounds draft to learn; after them only the probes do
-    assert len(plain) >= len(kinds) - 3 - len(kinds) // (core.gate.PROBE_EVERY + 1)
+    assert len(plain) >= len(kinds) - 3 - core.gate.max_probes(len(kinds))

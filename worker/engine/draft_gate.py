@@ -18,12 +18,15 @@ the drafter is a plain round. The gate decides from two sources:
 **Exploration has a stated bound.** A decision that holds would never measure the other
 choice again, so now and then the other choice runs once (a probe). Each situation
 (decision, batch bucket) keeps its own interval (with newcomers' prefills coming and going the
-decision flips often, and one shared interval kept falling back to the shortest): the first
-probe comes after ``PROBE_EVERY`` rounds; once the other choice has been measured often
-enough to be compared (``DraftOutcomes.min_rounds``) the interval doubles each time the
-decision still holds, up to ``PROBE_MAX``. So probes are at most 1 / (PROBE_EVERY + 1) of a
-situation's rounds, and their share falls towards 1 / (PROBE_MAX + 1) while the other choice
-keeps losing (``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
+decision flips often, and one shared interval kept falling back to the shortest). Until the
+other choice has been measured often enough to be compared (``DraftOutcomes.min_rounds``),
+it is probed every ``PROBE_LEARN`` rounds: a wrong prediction (a start-up cost table read on
+a busy machine) is overruled within about ``min_rounds * (PROBE_LEARN + 1)`` rounds, not
+hundreds, at a cost of at most ``min_rounds`` probes per situation. After that the interval
+starts at ``PROBE_EVERY`` and doubles each time the decision still holds, up to
+``PROBE_MAX``: probes are at most 1 / (PROBE_EVERY + 1) of a situation's rounds, and their
+share falls towards 1 / (PROBE_MAX + 1) while the other choice keeps losing
+(``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
 no prefill chunk in the batch), so every probe pays for a measurement.
 
 Pure: no torch, no engine, no clock; the engine hands it numbers.
@@ -61,6 +64,7 @@ class Choice:
 
 
 class DraftGate:
+    PROBE_LEARN = 4  # until the other choice is measured min_rounds times
     PROBE_EVERY = 16
     PROBE_MAX = 256
     EMA = 0.1  # running means of confidence and drafting time
@@ -76,8 +80,13 @@ class DraftGate:
 
     @classmethod
     def probe_share_bound(cls) -> tuple[float, float]:
-        """(at most, in the long run): the share of a situation's rounds that are probes."""
+        """(at most, in the long run): the share of a situation's rounds that are probes,
+        once the other choice is measured (before that: at most ``min_rounds`` probes)."""
         return 1.0 / (cls.PROBE_EVERY + 1), 1.0 / (cls.PROBE_MAX + 1)
+
+    def max_probes(self, rounds: int) -> int:
+        """At most this many probes in ``rounds`` rounds of one situation."""
+        return self.outcomes.min_rounds + rounds // (self.PROBE_EVERY + 1) + 1
 
     def forget_predictions(self) -> None:
         """The policy changed: predictions priced with the old one are void."""
@@ -115,11 +124,12 @@ class DraftGate:
         if not measured:
             return Choice(want, why=why)
         probe = self._probes.setdefault((want, b), [0, self.PROBE_EVERY])
-        if probe[0] >= probe[1]:
+        # until the other choice is measured, a wrong prediction stands for as long as the
+        # measurement that would overrule it takes: probe often, and do not back off
+        learning = self.outcomes.count(b, not want) < self.outcomes.min_rounds
+        if probe[0] >= (self.PROBE_LEARN if learning else probe[1]):
             probe[0] = 0
-            # back off only once the other choice is measured: until then a wrong prediction
-            # stands for as long as the measurement that would overrule it takes
-            if self.outcomes.count(b, not want) >= self.outcomes.min_rounds:
+            if not learning:
                 probe[1] = min(2 * probe[1], self.PROBE_MAX)
             return Choice(not want, probe=True, why=f"probe ({why})")
         probe[0] += 1
