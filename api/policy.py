@@ -38,8 +38,8 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: PolicyMode = "scheduled"
-    k_max: int = Field(5, ge=1, le=16, description="drafted tokens per request per round")
-    fixed_length: int = Field(4, ge=1, le=16, description="verify length in fixed mode")
+    k_max: int = Field(3, ge=1, le=16, description="drafted tokens per request per round")
+    fixed_length: int = Field(3, ge=1, le=16, description="verify length in fixed mode")
     min_verify: int = Field(0, ge=0, le=16, description="per-request floor in scheduled mode")
     max_verify: int = Field(8, ge=1, le=16, description="per-request cap in scheduled mode")
     survival_floor: float = Field(0.05, ge=0.0, le=1.0,

@@ -42,7 +42,7 @@ class ModelSpec(_Spec):
 class DrafterSpec(_Spec):
     method: DrafterMethod = "none"
     artifact: str | None = None
-    k: int = 5
+    k: int = 3  # the best measured on CPU (docs/bench/RESULTS.md, issue 26)
     prompt_lookup: bool = False
 
 

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSONL prompt file (default: the packaged 48-prompt set)")
     engine.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     engine.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
-    engine.add_argument("--k", type=int, default=4, help="draft length K (fixed verifies K)")
+    engine.add_argument("--k", type=int, default=3, help="draft length K (fixed verifies K)")
     engine.add_argument("--min-seconds", type=float, default=0.0,
                         help="repeat the engine groups at each concurrency in passes until "
                              "each has run this long there (median pass reported; at most "
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSONL prompt file (default: the packaged held-out set)")
     rounds.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     rounds.add_argument("--max-tokens", type=int, default=64)
-    rounds.add_argument("--k", type=int, default=4, help="draft length K")
+    rounds.add_argument("--k", type=int, default=3, help="draft length K")
     rounds.add_argument("--passes", type=int, default=2)
     rounds.add_argument("--open-gate", action="store_true",
                         help="also run each scheduled group with its draft gate held open "

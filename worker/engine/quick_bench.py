@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--groups", default=",".join(GROUPS))
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--drafter-path", default=None, help="'untrained' to skip artifacts")
-    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--device", default="auto", help="auto (CUDA bf16 when present), cpu, cuda")
     ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3,
                         help="alternate HTTP and in-process runs this many times; medians kept")
-    parser.add_argument("--k", type=int, default=5, help="draft length K of the groups")
+    parser.add_argument("--k", type=int, default=3, help="draft length K of the groups")
     parser.add_argument("--drafter-path", default=None,
                         help="artifact for the trained drafters (default: the committed one)")
     parser.add_argument("--prompts", default=None, help="JSONL prompt file")
