@@ -28,9 +28,10 @@ than plain), tuning on:
    temperature 2.0 (its twelve drafts are mostly rejected) and chat decodes greedily a count
    the drafter follows: code goes plain -- its goodput measured below the workers' own
    true-plain reference rounds -- while chat stays speculative; the ConfigMap, the workers'
-   metrics, the history store and an Event all say so. No request fails. Then the same
-   traffic on a plain-only worker (no drafter) beside it: over the same window, code's TPOT
-   on the tuned worker is within 3 % of the plain-only worker's, and chat's is lower.
+   metrics, the history store and an Event all say so. No request fails. Then every
+   request goes to the tuned worker and to a plain-only worker (no drafter) beside it, one
+   after the other with the same seed: over the same window, code's TPOT on the tuned worker
+   is within 3 % of the plain-only worker's, and chat's is lower.
 3. The operator SIGKILLed and restarted: the tuned overlay is still rendered (it lives in
    the status), and the plain back-off goes on from where it was (status.tuning).
 4. Prometheus stopped (SIGSTOP): the next interval changes nothing and says why.
@@ -91,7 +92,7 @@ TEMPERATURES = {"code": 2.0}
 # the same worker decoding plainly, no drafter: what the plain group's TPOT must recover to
 PLAIN_ONLY = {**SPEC, "drafter": {"method": "none"}, "verification": {"mode": "plain"},
               "tuning": {"enabled": False}}
-TPOT_WINDOW_S = 45  # well inside the plain back-off (3 intervals) once code decodes plain
+TPOT_WINDOW_S = 60  # inside the plain back-off (3 intervals) once code decodes plain
 
 
 @pytest.fixture(scope="module")
@@ -180,22 +181,25 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
         port = worker_port(cluster, svc)
         wait_for(lambda: emitted_by_mode(port).get(("code", "plain"), 0) > 0,
                  "code tokens decoded plain", timeout=60)
-        print(f"\ncode went plain {took:.0f} s after the traffic started; "
-              f"evidence: {groups['code']['reason']}")
+        with capsys.disabled():  # capsys reads the plugin's table below; these go out
+            print(f"\ncode went plain {took:.0f} s after the traffic started; "
+                  f"evidence: {groups['code']['reason']}")
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
 
-        # 2b. code's TPOT has recovered: the same traffic on a plain-only worker beside it, both
-        #     read over the same window from the workers' own TPOT histograms (one request at
-        #     a time each, so code's rows run alone, as the plain-only worker's do)
-        plain_only.wait(lambda s: s.get("phase") == "Ready", "the plain-only service Ready")
-        ref_port = worker_port(cluster, plain_only)
-        ref_url = cluster.service_url(namespace, "plain-only", ready=1)
-        with Traffic(ref_url, concurrency=1, max_tokens=16, prompts=PROMPTS,
-                     temperatures=TEMPERATURES) as reference:
-            time.sleep(5)  # its first requests (cold caches) left out
-            before = (tpot_by_group(port), tpot_by_group(ref_port))
-            time.sleep(TPOT_WINDOW_S)
-            after = (tpot_by_group(port), tpot_by_group(ref_port))
-        assert reference.sent > 0 and reference.failed == 0, reference.errors[:5]
+    # 2b. code's TPOT has recovered: from here on every request goes to the tuned worker and
+    #     to a plain-only worker beside it, one after the other with the same seed (never
+    #     both at once: two workers decoding together on a 2-core machine measure which one
+    #     shared the CPU with the other's heavier rounds), read over the same window from the
+    #     workers' own TPOT histograms
+    plain_only.wait(lambda s: s.get("phase") == "Ready", "the plain-only service Ready")
+    ref_port = worker_port(cluster, plain_only)
+    ref_url = cluster.service_url(namespace, "plain-only", ready=1)
+    with Traffic(url, concurrency=1, max_tokens=16, prompts=PROMPTS, temperatures=TEMPERATURES,
+                 paired_with=ref_url) as traffic:
+        time.sleep(5)  # the plain-only worker's first requests (cold caches) left out
+        before = (tpot_by_group(port), tpot_by_group(ref_port))
+        time.sleep(TPOT_WINDOW_S)
+        after = (tpot_by_group(port), tpot_by_group(ref_port))
         still = tuned(svc.status())["groups"]["code"]
         assert still["mode"] == "plain" and still["plainSince"] == groups["code"][
             "plainSince"], ("re-probed inside the TPOT window", still)
@@ -203,15 +207,14 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
                 for g in PROMPTS for i, side in enumerate(("tuned", "plain-only"))}
         code_speed = tpot["code", "plain-only"][0] / tpot["code", "tuned"][0]
         chat_speed = tpot["chat", "plain-only"][0] / tpot["chat", "tuned"][0]
-        print(f"TPOT over {TPOT_WINDOW_S} s (mean s, requests): {tpot}; code (plain) at "
-              f"{code_speed:.3f}x the plain-only worker's speed, chat (speculative) "
-              f"{chat_speed:.2f}x")
+        with capsys.disabled():
+            print(f"\nTPOT over {TPOT_WINDOW_S} s (mean s, requests): {tpot}; code (plain) "
+                  f"at {code_speed:.3f}x the plain-only worker's speed, chat (speculative) "
+                  f"{chat_speed:.2f}x")
         assert min(n for _, n in tpot.values()) >= 3, tpot
-        # two workers on one shared machine, ~10 requests each: the ratio read 1.03, 0.94 and
-        # 0.89 in three full runs (issue 21 asks 0.97: not met in every run; see its note).
-        # Speculating (twelve drafts a round, nearly all rejected at temperature 2.0), code
-        # ran at 0.75-0.78x its reference (above), so 0.85 still tells plain from speculative
-        assert code_speed >= 0.85, tpot
+        # in-process, the same pairs (python -m specd.worker.bench.plain_group_cost) read
+        # 1.002: a plain group on the draft model's worker pays nothing for the drafter
+        assert code_speed >= 0.97, tpot
         assert chat_speed > 1.0, tpot  # the group that drafts well stays faster than plain
 
         # 3. the operator killed and restarted at once: the overlay is in the status, still

@@ -203,12 +203,20 @@ class OperatorProcess:
 class Traffic:
     """A bounded closed loop of chat requests through a Service URL (task groups drawn from
     ``prompts``, by default chat and code), counting every request and every failure; stops
-    on exit."""
+    on exit.
+
+    ``paired_with``: a second URL that gets every request too, right after (or, every other
+    time, right before) the first, with the same seed: the two services decode the same
+    requests one after the other and never at the same time, so a comparison of the two is
+    not a comparison of whichever happened to share the CPU with the other's heavier rounds.
+    """
 
     def __init__(self, url: str, concurrency: int = 2, max_tokens: int = 24,
                  prompts: dict[str, str] | None = None,
-                 temperatures: dict[str, float] | None = None) -> None:
-        self.url, self.stop, self.max_tokens = url, threading.Event(), max_tokens
+                 temperatures: dict[str, float] | None = None,
+                 paired_with: str | None = None) -> None:
+        self.urls = [url] + ([paired_with] if paired_with else [])
+        self.stop, self.max_tokens = threading.Event(), max_tokens
         self.temperatures = temperatures or {}  # per task group; greedy otherwise
         self.prompts = prompts or {"chat": "Write a short greeting.",
                                    "code": "Write a Python function that adds two numbers."}
@@ -228,24 +236,30 @@ class Traffic:
             n = 0
             while not self.stop.is_set():
                 group = rng.choice(sorted(self.prompts))
-                prompt = self.prompts[group]
-                try:
-                    response = http.post(f"{self.url}/v1/chat/completions",
-                                         headers={"X-Specd-Task-Group": group},
-                                         json={"model": "smollm2-135m", "max_tokens": self.max_tokens,
-                                               "temperature": self.temperatures.get(
-                                                   group, 0.0),
-                                               "messages": [{"role": "user", "content": prompt}]})
-                    ok = response.status_code == 200
-                    detail = f"{response.status_code} {response.text[:200]}"
-                except httpx.HTTPError as exc:
-                    ok, detail = False, f"{type(exc).__name__}: {exc}"
-                with self.lock:
-                    self.sent += 1
-                    if not ok:
-                        self.failed += 1
-                        self.errors.append(detail)
+                body = {"model": "smollm2-135m", "max_tokens": self.max_tokens,
+                        "temperature": self.temperatures.get(group, 0.0),
+                        "messages": [{"role": "user", "content": self.prompts[group]}]}
+                if len(self.urls) > 1:
+                    body["seed"] = 1000 * index + n  # the same tokens on both sides
+                for url in self.urls if n % 2 == 0 else self.urls[::-1]:
+                    self.post(http, url, group, body)
                 n += 1
+
+    def post(self, http: Any, url: str, group: str, body: dict[str, Any]) -> None:
+        import httpx
+
+        try:
+            response = http.post(f"{url}/v1/chat/completions",
+                                 headers={"X-Specd-Task-Group": group}, json=body)
+            ok = response.status_code == 200
+            detail = f"{response.status_code} {response.text[:200]}"
+        except httpx.HTTPError as exc:
+            ok, detail = False, f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            self.sent += 1
+            if not ok:
+                self.failed += 1
+                self.errors.append(detail)
 
     def __enter__(self) -> Traffic:
         for thread in self.threads:
