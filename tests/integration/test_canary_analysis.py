@@ -96,7 +96,7 @@ def rollback_on_live_metrics(cluster, namespace: str) -> None:
             timeout=READY_S + 600, interval=1)
         rolled_back_after = time.monotonic() - started
         time.sleep(3)  # traffic keeps flowing, now all on stable
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
     assert final["phase"] == "Degraded"
     degraded = next(c for c in final["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "RolledBack"

@@ -154,7 +154,7 @@ def test_good_canary_then_a_slower_policy_rolled_back_then_scheduled_promoted(
         assert rollout(done)["stableVersion"].endswith(done["policyVersion"])
         wait_for(lambda: svc.tracks() == {"stable": 1}, "the canary scaled to 0", timeout=180)
         time.sleep(2)
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
     probes = [a for a in promoted["analysis"] if a["metric"] == "losslessProbe"]
     assert probes and probes[0]["verdict"] == "Successful"
     print(f"\n{timings}; {traffic.sent} requests, 0 failed")
@@ -233,7 +233,7 @@ def test_no_data_holds_and_a_stopped_prometheus_never_rolls_back(cluster, op) ->
         done = svc.wait(lambda s: rollout(s).get("phase") == "Healthy"
                         and s.get("stableRevision") != first["stableRevision"],
                         "promoted once Prometheus is back", timeout=READY_S + 120)
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
     events = [e.reason for e in svc.core.list_namespaced_event(namespace).items
               if e.involved_object.name == "nodata"]
     assert "RolledBack" not in events and "RolloutCompleted" in events

@@ -81,7 +81,7 @@ def paused_canary(cluster, op):
                  "the canary paused at its step")
         time.sleep(40)  # several scrapes of both tracks under traffic
         yield svc
-    assert traffic.failed == 0, traffic.errors[:5]
+    assert traffic.failed == 0, traffic.failures()
 
 
 def app_env(cluster, op, monkeypatch, *, controls: bool) -> None:

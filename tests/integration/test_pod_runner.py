@@ -209,7 +209,7 @@ def test_scale_delete_and_a_policy_edit_that_reloads_without_restart(env) -> Non
         wait_for(lambda: victim not in {p.metadata.name for p in env.core.list_namespaced_pod(
             env.ns).items}, f"{victim} removed", timeout=30)
     assert exited - deleted >= manifests.PRESTOP_SLEEP_S  # the hook held SIGTERM back
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
     pods = env.ready_pods(3)
     assert victim not in {p.metadata.name for p in pods}
     pids = {p.metadata.name: env.process(p.metadata.name)["pid"] for p in pods}

@@ -184,7 +184,7 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
         with capsys.disabled():  # capsys reads the plugin's table below; these go out
             print(f"\ncode went plain {took:.0f} s after the traffic started; "
                   f"evidence: {groups['code']['reason']}")
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
 
     # 2b. code's TPOT has recovered: from here on every request goes to the tuned worker and
     #     to a plain-only worker beside it, one after the other with the same seed (never
@@ -259,7 +259,7 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
             line.split()[:4] == ["chat", "fixed", "2", "yes"] for line in table.splitlines())
         assert any(line.split()[:1] == ["code"] for line in table.splitlines())
         time.sleep(1)
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
 
     # every change is a history row with its evidence, and an Event
     events = [e for e in svc.core.list_namespaced_event(namespace).items
@@ -355,7 +355,7 @@ def test_an_over_confident_calibration_is_corrected(cluster, op) -> None:
         assert after[1] >= 0.95 * before[1], (before, after)
         print(f"\nECE {before[0]:.3f} -> {after[0]:.3f}; accepted per verified token "
               f"{before[1]:.3f} -> {after[1]:.3f}; bias {bias}")
-    assert traffic.sent > 0 and traffic.failed == 0, traffic.errors[:5]
+    assert traffic.sent > 0 and traffic.failed == 0, traffic.failures()
     svc.delete()
 
 
@@ -422,7 +422,8 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
         before = changes(operator, "stepped")
         judged = intervals(svc, 10)
         during = changes(operator, "stepped")[len(before):]
-    assert steady.sent > 0 and steady.failed == 0, steady.errors[:5]
+    assert steady.sent > 0 and steady.failed == 0, \
+        "\n".join([steady.failures(), *svc.pods_report()])
     assert len(during) <= 1, (during, [g.get("reason") for g in judged])
     # the intervals were judged on data, not held for the want of it
     on_data = [g for g in judged if not g.get("reason", "").startswith(
@@ -440,7 +441,8 @@ def test_steady_load_holds_and_a_load_step_is_followed(cluster, op) -> None:
         seen = intervals(svc, 5)
         after = changes(operator, "stepped")[at_step:]
         window = chat_window(cluster, namespace, "stepped", STEP_INTERVAL_S)
-    assert peak.sent > 0 and peak.failed == 0, peak.errors[:5]
+    assert peak.sent > 0 and peak.failed == 0, \
+        "\n".join([peak.failures(), *svc.pods_report()])
     went_plain = next((i for i, g in enumerate(seen) if g.get("action") == "plain"), None)
     # the numbers first: pytest shortens a long message from the middle
     evidence = (f"goodput {window.goodput} vs plain {window.plain_goodput} on "

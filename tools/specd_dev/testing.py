@@ -221,7 +221,11 @@ class Traffic:
         self.prompts = prompts or {"chat": "Write a short greeting.",
                                    "code": "Write a Python function that adds two numbers."}
         self.sent = self.failed = 0
+        # each failure as "+<s since start> (<s it took>): <status and body>": whether a
+        # burst of failures took milliseconds or connect retries' seconds tells a drained
+        # backend from a worker that refused connections
         self.errors: list[str] = []
+        self.started = time.monotonic()
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True)
                         for i in range(concurrency)]
@@ -248,6 +252,7 @@ class Traffic:
     def post(self, http: Any, url: str, group: str, body: dict[str, Any]) -> None:
         import httpx
 
+        began = time.monotonic()
         try:
             response = http.post(f"{url}/v1/chat/completions",
                                  headers={"X-Specd-Task-Group": group}, json=body)
@@ -259,9 +264,16 @@ class Traffic:
             self.sent += 1
             if not ok:
                 self.failed += 1
-                self.errors.append(detail)
+                self.errors.append(f"+{began - self.started:.1f}s "
+                                   f"({time.monotonic() - began:.2f}s): {detail}")
+
+    def failures(self) -> str:
+        """The failures for an assertion message: a string, so pytest prints it whole."""
+        shown = self.errors[:3] + (["..."] if len(self.errors) > 5 else []) + self.errors[3:][-2:]
+        return f"{self.failed} of {self.sent} failed:\n" + "\n".join(e[:160] for e in shown)
 
     def __enter__(self) -> Traffic:
+        self.started = time.monotonic()
         for thread in self.threads:
             thread.start()
         return self
@@ -325,6 +337,21 @@ class Svc:
 
     def policy_mode(self, track: str) -> str:
         return str(self.policy(track)["mode"])
+
+    def pods_report(self) -> list[str]:
+        """For a failed assertion: each pod of the service (deleted ones too) with its
+        readiness and restarts, and the last events the runner and controllers wrote on it."""
+        lines = []
+        for pod in self.core.list_namespaced_pod(
+                self.ns, label_selector=f"{k8s.LABEL_SERVICE}={self.name}").items:
+            statuses = pod.status.container_statuses or []
+            lines.append(f"{pod.metadata.name}: ready={[s.ready for s in statuses]} "
+                         f"restarts={[s.restart_count for s in statuses]} "
+                         f"deleting={pod.metadata.deletion_timestamp is not None}")
+            events = self.core.list_namespaced_event(
+                self.ns, field_selector=f"involvedObject.name={pod.metadata.name}").items
+            lines += [f"  {e.last_timestamp} {e.reason}: {e.message}" for e in events[-5:]]
+        return lines
 
     def tracks(self) -> dict[str, int]:
         pods = [p for p in self.core.list_namespaced_pod(
