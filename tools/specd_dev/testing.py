@@ -270,7 +270,7 @@ class Traffic:
     def failures(self) -> str:
         """The failures for an assertion message: a string, so pytest prints it whole."""
         shown = self.errors[:3] + (["..."] if len(self.errors) > 5 else []) + self.errors[3:][-2:]
-        return f"{self.failed} of {self.sent} failed:\n" + "\n".join(e[:160] for e in shown)
+        return f"{self.failed} of {self.sent} failed:\n" + "\n".join(" ".join(e.split())[:160] for e in shown)
 
     def __enter__(self) -> Traffic:
         self.started = time.monotonic()
