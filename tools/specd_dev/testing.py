@@ -225,7 +225,7 @@ class Traffic:
         # burst of failures took milliseconds or connect retries' seconds tells a drained
         # backend from a worker that refused connections
         self.errors: list[str] = []
-        self.started = time.monotonic()
+        self.started = 0.0  # the clock starts with the traffic (__enter__)
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True)
                         for i in range(concurrency)]
@@ -270,7 +270,8 @@ class Traffic:
     def failures(self) -> str:
         """The failures for an assertion message: a string, so pytest prints it whole."""
         shown = self.errors[:3] + (["..."] if len(self.errors) > 5 else []) + self.errors[3:][-2:]
-        return f"{self.failed} of {self.sent} failed:\n" + "\n".join(" ".join(e.split())[:160] for e in shown)
+        lines = (" ".join(error.split())[:160] for error in shown)  # HTML bodies: one line
+        return f"{self.failed} of {self.sent} failed:\n" + "\n".join(lines)
 
     def __enter__(self) -> Traffic:
         self.started = time.monotonic()
@@ -348,9 +349,11 @@ class Svc:
             lines.append(f"{pod.metadata.name}: ready={[s.ready for s in statuses]} "
                          f"restarts={[s.restart_count for s in statuses]} "
                          f"deleting={pod.metadata.deletion_timestamp is not None}")
-            events = self.core.list_namespaced_event(
-                self.ns, field_selector=f"involvedObject.name={pod.metadata.name}").items
-            lines += [f"  {e.last_timestamp} {e.reason}: {e.message}" for e in events[-5:]]
+            events = sorted(self.core.list_namespaced_event(
+                self.ns, field_selector=f"involvedObject.name={pod.metadata.name}").items,
+                key=lambda e: str(e.last_timestamp or e.event_time or ""))  # the API: any order
+            lines += [f"  {e.last_timestamp or e.event_time} {e.reason}: {e.message}"
+                      for e in events[-5:]]
         return lines
 
     def tracks(self) -> dict[str, int]:
