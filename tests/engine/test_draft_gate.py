@@ -44,7 +44,7 @@ def test_the_prediction_follows_the_cost_table() -> None:
     assert learnt(FREE, draft_s=10.0).predict(POLICY, [POLICY], 1, 1) is False
 
 
-def test_a_measured_loss_overrules_a_predicted_gain_and_a_measured_win_does_not() -> None:
+def test_a_measured_loss_overrules_a_predicted_gain_and_a_measured_win_does_not_undo_it() -> None:
     losing, winning = learnt(FREE), learnt(FREE)
     for _ in range(losing.outcomes.min_rounds):
         # drafting rounds: 3 s for one token; plain rounds: 1 s for one token
@@ -59,6 +59,30 @@ def test_a_measured_loss_overrules_a_predicted_gain_and_a_measured_win_does_not(
     early.record(RoundOutcome(1, True, 3.0, 1))
     early.record(RoundOutcome(1, False, 1.0, 1))
     assert early.choose(POLICY, [POLICY], 1, 1, measured=False).draft is True
+
+
+def test_a_clear_measured_win_overrules_a_predicted_loss_a_marginal_one_does_not() -> None:
+    """A start-up table that prices verification too high (STEEP) predicts no gain; rounds
+    that drafted anyway (probes) committed more per second: the measurement decides. Near
+    break-even (within ``WIN_MARGIN``) the prediction's plain round stands."""
+    def after(drafting_seconds: float) -> DraftGate:
+        gate = learnt(STEEP, sizes=(1, 4))
+        assert gate.predict(POLICY, [POLICY], 1, 1) is False
+        for _ in range(gate.outcomes.min_rounds):
+            gate.record(RoundOutcome(1, True, drafting_seconds, 2))  # 2 tokens a round
+            gate.record(RoundOutcome(1, False, 1.0, 1))
+        return gate
+
+    clear = after(1.2)  # 0.6 s a token against plain's 1.0
+    choice = clear.choose(POLICY, [POLICY], 1, 1, measured=False)
+    assert choice.draft is True and choice.why.startswith("measured")
+    marginal = after(2 * (1 - DraftGate.WIN_MARGIN / 2))  # 2.5 % cheaper a token
+    assert marginal.outcomes.drafting_wins(1) is True
+    assert marginal.choose(POLICY, [POLICY], 1, 1, measured=False).draft is False
+    losing = after(3.0)
+    assert losing.choose(POLICY, [POLICY], 1, 1, measured=False).draft is False
+    # another batch size has measured nothing: its prediction stands
+    assert clear.choose(POLICY, [POLICY] * 4, 4, 4, measured=False).why == "predicted gain"
 
 
 def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_holds() -> None:

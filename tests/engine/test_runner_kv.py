@@ -86,8 +86,12 @@ def test_padded_forward_equals_unpadded(runner, chat_prompt_ids):
         assert runner._padded_counts(padded, [0], [3]) == [5]
         assert runner._padded_counts(padded, [0], [4]) == [5]
         assert runner._padded_counts(padded, [0], [6]) == [6]  # beyond the dense table
+        # a lone row pads by its own table when measured; more rows by the main one
+        runner.pad_to_one_row = (1, 4, 4, 4)
+        assert runner._padded_counts(padded, [0], [3]) == [4]
+        assert runner._padded_counts(padded, [0, 0], [1, 2]) == [3, 2]
     finally:
-        runner.pad_to = ()
+        runner.pad_to, runner.pad_to_one_row = (), ()
 
 
 def test_cache_bounds(runner):
@@ -145,12 +149,13 @@ def test_cost_profile_measures_rows_of_one_and_rows_of_drafts(runner):
     from specd.worker.engine.cost import ONE_ROW_TOKENS, measure_costs
 
     cache = runner.new_cache(4, 64)
-    runner.pad_to = (1, 2)
+    runner.pad_to, runner.pad_to_one_row = (1, 2), (2, 2)
     try:
         costs = measure_costs(runner, cache, max_tokens=8, repeats=1)
     finally:
-        pad, runner.pad_to = runner.pad_to, ()
-    assert pad == (1, 2) and cache.free_slots == 4
+        pad = runner.pad_to, runner.pad_to_one_row
+        runner.pad_to, runner.pad_to_one_row = (), ()
+    assert pad == ((1, 2), (2, 2)) and cache.free_slots == 4
     assert costs.tokens == tuple(range(1, 9))
     rows = dict(costs.by_rows)
     assert sorted(rows) == [1, 2, 4]
@@ -160,6 +165,9 @@ def test_cost_profile_measures_rows_of_one_and_rows_of_drafts(runner):
     for table in (costs, *rows.values()):
         assert all(a <= b for a, b in zip(table.seconds, table.seconds[1:], strict=False))
         assert all(s > 0 for s in table.seconds)
-    assert all(table.pad_to == () for table in rows.values())  # padding: the main table's
+    # padding: a lone row by its own shape (dense from 1), more rows by the main table's
+    assert len(rows[1].pad_to) == 8 and costs.one_row_pad_to() == rows[1].pad_to
+    assert all(p >= t for t, p in enumerate(rows[1].pad_to, 1))
+    assert rows[2].pad_to == () and rows[4].pad_to == ()
     assert costs.for_rows(1) is rows[1] and costs.for_rows(3) is rows[4]
     assert ONE_ROW_TOKENS >= 17  # room for the longest draft a policy allows (k_max 16)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -47,6 +48,21 @@ def test_cost_table_pads_where_a_bigger_forward_is_cheaper():
     assert t.seconds == (37, 59, 59, 59, 69, 69, 70, 70)
     assert CostTable.from_measurements([2, 4], [1.0, 2.0]).pad_to == ()  # no dense start
     assert CostTable.flat().pad_to == ()
+
+
+def test_a_lone_row_pads_by_the_one_row_table():
+    """The main table's 3 tokens are three one-token rows; a lone request verifying two drafts
+    is one row of 3, whose own step (dearer than 4, measured on the EPYC) only the one-row
+    table has. Without it, a lone row pads by nothing of its own (the runner falls back to
+    the main table's)."""
+    main = CostTable.from_measurements([1, 2, 3, 4], [25.0, 30.0, 33.0, 36.0])
+    one_row = CostTable.from_measurements([1, 2, 3, 4], [25.6, 25.2, 32.4, 28.9])
+    assert main.pad_to == (1, 2, 3, 4) and one_row.pad_to == (2, 2, 4, 4)
+    with_rows = replace(main, by_rows=((1, one_row), (2, CostTable.flat())))
+    assert with_rows.one_row_pad_to() == (2, 2, 4, 4)
+    assert with_rows.pad_to == (1, 2, 3, 4)
+    assert main.one_row_pad_to() == ()
+    assert replace(main, by_rows=((2, one_row),)).one_row_pad_to() == ()
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -131,6 +131,8 @@ class Cell:
             "step_cost_by_rows_ms": ({str(r): _cost_ms(t) for r, t in self.costs.by_rows}
                                      if self.costs is not None else None),
             "pad_to": list(self.costs.pad_to) if self.costs is not None else None,
+            "pad_to_one_row": (list(self.costs.one_row_pad_to()) if self.costs is not None
+                               else None),
             "match_plain": self.match_plain,
             "matched_requests": self.matched_requests,
             "divergence_top2_gap_max": (round(self.divergence_top2_gap_max, 4)

@@ -43,9 +43,10 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
 
     Needs free slots in ``cache`` (run before serving); leaves the cache as it found it.
     Measures raw shapes (the runner's padding is off meanwhile); the caller installs the
-    returned table's ``pad_to`` in the runner.
+    returned table's padding in the runner (``LlamaRunner.set_padding``).
     """
-    saved_pad, runner.pad_to = runner.pad_to, ()
+    saved_pad = runner.pad_to, runner.pad_to_one_row
+    runner.pad_to, runner.pad_to_one_row = (), ()
     grid = [t for t in GRID if t <= max_tokens] or [1]
     max_rows = min(cache.free_slots, max(grid))
     if max_rows < 1:
@@ -64,10 +65,12 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
                                   context, repeats)
             if len(times) >= 2:
                 table = CostTable.from_measurements(totals[: len(times)], times)
-                by_rows.append((rows, replace(table, pad_to=())))
+                # a single row's padding is measured in its own shape (one row of 1, 2, 3,
+                # ... tokens); more rows' totals start at R, so they pad by the main table
+                by_rows.append((rows, table if rows == 1 else replace(table, pad_to=())))
             rows *= 2
     finally:
-        runner.pad_to = saved_pad
+        runner.pad_to, runner.pad_to_one_row = saved_pad
         for s in slots:
             cache.release(s)
     table = CostTable.from_measurements(grid[: len(seconds)], seconds)

@@ -12,8 +12,10 @@ the drafter is a plain round. The gate decides from two sources:
   position and its running mean time per round (per batch-size bucket), priced with the cost
   table; cached until the drafter's statistics change;
 - the **measurement** (``DraftOutcomes``): what drafting and plain rounds of this batch size
-  really cost per committed token; once both kinds were seen, a measured loss overrules a
-  predicted gain.
+  really cost per committed token; once both kinds were seen, it overrules the prediction
+  both ways: a measured loss a predicted gain, and a clear measured win (``WIN_MARGIN``) a
+  predicted loss. (A start-up table that overpriced a lone row's verify kept a lone request
+  plain at 1.05x plain decoding where fixed-length drafting made 1.36x.)
 
 **Exploration has a stated bound.** A decision that holds would never measure the other
 choice again, so now and then the other choice runs once (a probe). Each situation
@@ -68,6 +70,9 @@ class DraftGate:
     PROBE_EVERY = 16
     PROBE_MAX = 256
     EMA = 0.1  # running means of confidence and drafting time
+    # a measured win overrules a predicted loss only when clear: near break-even, the
+    # prediction's "plain" keeps a round exactly a plain round
+    WIN_MARGIN = 0.05
 
     def __init__(self, costs: CostTable, outcomes: DraftOutcomes | None = None) -> None:
         self.costs = costs
@@ -121,6 +126,8 @@ class DraftGate:
         want, why = predicted, "predicted gain" if predicted else "predicted no gain"
         if want and self.outcomes.drafting_wins(b) is False:
             want, why = False, "measured: drafting rounds cost more per token"
+        elif not want and self.outcomes.drafting_wins(b, margin=self.WIN_MARGIN):
+            want, why = True, "measured: drafting rounds cost less per token"
         if not measured:
             return Choice(want, why=why)
         probe = self._probes.setdefault((want, b), [0, self.PROBE_EVERY])

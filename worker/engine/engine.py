@@ -51,7 +51,7 @@ class Engine:
         self.core = EngineCore(self.runner, self.drafter, loaded.tokenizer, self.config,
                                policy or Policy(), self.metrics, costs)
         if costs is not None:
-            self.runner.pad_to = costs.pad_to
+            self.runner.set_padding(costs)
         self._costs_ready = costs is not None or self.config.cost_profile == "none"
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
@@ -82,7 +82,7 @@ class Engine:
 
             self.core.costs = measure_costs(self.runner, self.core.cache,
                                             self.core.policy.max_batch_tokens)
-            self.runner.pad_to = self.core.costs.pad_to
+            self.runner.set_padding(self.core.costs)
             self._costs_ready = True
 
     async def start(self) -> None:

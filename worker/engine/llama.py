@@ -15,13 +15,16 @@ joining the batch does not pad every decode row to its length.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from specd.worker.engine.kernels import linear
 from specd.worker.engine.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from specd.worker.engine.scheduler import CostTable
 
 Want = Literal["all", "last", "none"]
 SHORT_ROW = 32  # rows with at most this many new tokens share one padded attention call
@@ -103,11 +106,19 @@ class LlamaRunner:
                                 layer.post_attention_layernorm.weight, w_gu,
                                 mlp.down_proj.weight))
         # forward sizes to pad to (index: real token count - 1); set from the measured
-        # CostTable (scheduler.CostTable.pad_to), empty = never pad
+        # CostTable (``set_padding``), empty = never pad. A lone row has its own: the main
+        # table's small sizes are that many one-token rows, another shape with other steps
         self.pad_to: tuple[int, ...] = ()
+        self.pad_to_one_row: tuple[int, ...] = ()
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.kv_heads * self.head_dim
         self.ffn = cfg.intermediate_size
+
+    def set_padding(self, costs: CostTable) -> None:
+        """Pad forwards as the measured table says is cheaper (``CostTable.pad_to``; one
+        row by the one-row table's, when measured)."""
+        self.pad_to = costs.pad_to
+        self.pad_to_one_row = costs.one_row_pad_to()
 
     def new_cache(self, slots: int, max_context: int) -> KVCache:
         return KVCache(self.num_layers, slots, max_context, self.kv_heads, self.head_dim,
@@ -235,9 +246,10 @@ class LlamaRunner:
         """Per-row token counts to run: ``counts`` plus ``pad_to``'s padding on the row with
         the most context room (no padding when no row has room for it)."""
         total = sum(counts)
-        if total > len(self.pad_to) or self.pad_to[total - 1] <= total:
+        pad_to = self.pad_to_one_row if len(counts) == 1 and self.pad_to_one_row else self.pad_to
+        if total > len(pad_to) or pad_to[total - 1] <= total:
             return counts
-        extra = self.pad_to[total - 1] - total
+        extra = pad_to[total - 1] - total
         room = [cache.max_context - s - n for s, n in zip(starts, counts, strict=True)]
         r = max(range(len(counts)), key=room.__getitem__)
         if room[r] < extra:

@@ -54,6 +54,13 @@ class CostTable:
     pad_to: tuple[int, ...] = ()
     by_rows: tuple[tuple[int, CostTable], ...] = ()  # (rows, table), rows ascending
 
+    def one_row_pad_to(self) -> tuple[int, ...]:
+        """``pad_to`` for a forward of one row: the one-row table's, when measured (the main
+        table's small sizes are as many one-token rows: on the EPYC the lone row's 3 tokens
+        cost 1.12x its 4, a step the main table does not have); () when not measured (the
+        runner then pads a lone row by ``pad_to``)."""
+        return next((table.pad_to for r, table in self.by_rows if r == 1), ())
+
     def for_rows(self, rows: int) -> CostTable:
         """The table for a forward over ``rows`` request rows."""
         return next((table for r, table in self.by_rows if r >= rows), self)
@@ -322,8 +329,10 @@ class DraftOutcomes:
         key = (bucket, drafted)
         return self._cost[key] / self._tokens[key] if key in self._cost else None
 
-    def drafting_wins(self, bucket: int) -> bool | None:
-        """True/False once both kinds of round were seen ``min_rounds`` times, else None."""
+    def drafting_wins(self, bucket: int, margin: float = 0.0) -> bool | None:
+        """True/False once both kinds of round were seen ``min_rounds`` times, else None.
+        ``margin``: True only when drafting costs less than (1 - margin) x plain per token."""
         if min(self.count(bucket, True), self.count(bucket, False)) < self.min_rounds:
             return None
-        return self.relative_cost(bucket, True) < self.relative_cost(bucket, False)  # type: ignore[operator]
+        drafting, plain = self.relative_cost(bucket, True), self.relative_cost(bucket, False)
+        return drafting < (1.0 - margin) * plain  # type: ignore[operator]
