@@ -36,7 +36,8 @@ class CostTable:
     monotone in the row count: on the 2-core dev machine a 3-token forward of SmolLM2 took
     ~1.5x a 4-token one (MKL runs tiny M as repeated matrix-vector products, each streaming the
     weights again). Padding such a forward up to the cheaper size makes the monotone table
-    true instead of optimistic; the runner applies it (``LlamaRunner.pad_to``).
+    true instead of optimistic; the runner applies it (``LlamaRunner.set_padding``; a lone
+    row by the one-row table's own ``pad_to``, ``one_row_pad_to``).
 
     The table is measured with one token per row (a busy batch's shape) and prices any
     round. ``by_rows``, when measured, holds tables for rounds of a given number of rows (R
