@@ -30,8 +30,9 @@ than plain), tuning on:
    true-plain reference rounds -- while chat stays speculative; the ConfigMap, the workers'
    metrics, the history store and an Event all say so. No request fails. Then every
    request goes to the tuned worker and to a plain-only worker (no drafter) beside it, one
-   after the other with the same seed: over the same window, code's TPOT on the tuned worker
-   is within 3 % of the plain-only worker's, and chat's is lower.
+   after the other with the same seed, streamed: over the same window, the median of the
+   pairs' TPOT ratios puts code on the tuned worker within 3 % of the plain-only worker,
+   and chat faster.
 3. The operator SIGKILLed and restarted: the tuned overlay is still rendered (it lives in
    the status), and the plain back-off goes on from where it was (status.tuning).
 4. Prometheus stopped (SIGSTOP): the next interval changes nothing and says why.
@@ -197,25 +198,32 @@ def test_a_group_that_drafts_badly_goes_plain_the_others_stay(cluster, op, capsy
     with Traffic(url, concurrency=1, max_tokens=16, prompts=PROMPTS, temperatures=TEMPERATURES,
                  paired_with=ref_url) as traffic:
         time.sleep(5)  # the plain-only worker's first requests (cold caches) left out
+        since = time.monotonic() - traffic.started
         before = (tpot_by_group(port), tpot_by_group(ref_port))
         time.sleep(TPOT_WINDOW_S)
         after = (tpot_by_group(port), tpot_by_group(ref_port))
+        until = time.monotonic() - traffic.started
         still = tuned(svc.status())["groups"]["code"]
         assert still["mode"] == "plain" and still["plainSince"] == groups["code"][
             "plainSince"], ("re-probed inside the TPOT window", still)
+        # the workers' own TPOT means over the window, for the record; the criterion is the
+        # median of the pairs' ratios (client-side TPOT of the same request on both): the
+        # window means moved with whatever else the 2-core machine ran (three full runs of
+        # the code ratio: 0.988, 1.035, 0.911)
         tpot = {(g, side): mean_tpot(before[i], after[i], g)
                 for g in PROMPTS for i, side in enumerate(("tuned", "plain-only"))}
-        code_speed = tpot["code", "plain-only"][0] / tpot["code", "tuned"][0]
-        chat_speed = tpot["chat", "plain-only"][0] / tpot["chat", "tuned"][0]
+        code_speed, code_pairs = traffic.paired_speed("code", since, until)
+        chat_speed, chat_pairs = traffic.paired_speed("chat", since, until)
         with capsys.disabled():
-            print(f"\nTPOT over {TPOT_WINDOW_S} s (mean s, requests): {tpot}; code (plain) "
-                  f"at {code_speed:.3f}x the plain-only worker's speed, chat (speculative) "
-                  f"{chat_speed:.2f}x")
-        assert min(n for _, n in tpot.values()) >= 3, tpot
+            print(f"\nTPOT over {TPOT_WINDOW_S} s (worker means s, requests): {tpot}; "
+                  f"median of paired ratios: code (plain) at {code_speed:.3f}x the plain-only "
+                  f"worker's speed ({code_pairs} pairs), chat (speculative) {chat_speed:.2f}x "
+                  f"({chat_pairs} pairs)")
+        assert min(code_pairs, chat_pairs) >= 5, (code_pairs, chat_pairs, tpot)
         # in-process, the same pairs (python -m specd.worker.bench.plain_group_cost) read
         # 1.002: a plain group on the draft model's worker pays nothing for the drafter
-        assert code_speed >= 0.97, tpot
-        assert chat_speed > 1.0, tpot  # the group that drafts well stays faster than plain
+        assert code_speed >= 0.97, (code_speed, tpot)
+        assert chat_speed > 1.0, (chat_speed, tpot)  # drafting well, still faster than plain
 
         # 3. the operator killed and restarted at once: the overlay is in the status, still
         #    rendered, and the back-off clock goes on (it would restart if kept in memory)

@@ -22,6 +22,7 @@ import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +202,46 @@ class OperatorProcess:
             return ""
 
 
+@dataclass(frozen=True)
+class Pair:
+    """One request sent to both URLs of a paired Traffic: its group, when it started
+    (seconds after the traffic did) and each side's TPOT in seconds."""
+
+    group: str
+    at: float
+    first: float
+    second: float
+
+
+def _streamed(http: Any, url: str, group: str, body: dict[str, Any]
+              ) -> tuple[bool, str, float | None]:
+    """A streamed chat request: (ok, detail, TPOT): the time from the first content chunk
+    to the last, over the completion tokens after the first (vLLM's serving benchmark's
+    client-side TPOT)."""
+    first = last = None
+    tokens = 0
+    with http.stream("POST", url, headers={"X-Specd-Task-Group": group}, json=body) as response:
+        if response.status_code != 200:
+            response.read()
+            return False, f"{response.status_code} {response.text[:200]}", None
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            if "error" in chunk:  # failed mid-stream: the server's error event
+                return False, f"200 then {json.dumps(chunk)[:200]}", None
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"].get("completion_tokens") or 0)
+            choices = chunk.get("choices") or []
+            if any((c.get("delta") or {}).get("content") for c in choices):
+                last = time.monotonic()
+                first = first or last
+            elif any(c.get("finish_reason") for c in choices):  # the end, with no text
+                last = time.monotonic()
+    tpot = (last - first) / (tokens - 1) if first is not None and tokens > 1 else None
+    return True, "200", tpot
+
+
 class Traffic:
     """A bounded closed loop of chat requests through a Service URL (task groups drawn from
     ``prompts``, by default chat and code), counting every request and every failure; stops
@@ -209,6 +251,8 @@ class Traffic:
     time, right before) the first, with the same seed: the two services decode the same
     requests one after the other and never at the same time, so a comparison of the two is
     not a comparison of whichever happened to share the CPU with the other's heavier rounds.
+    Paired requests stream, and each pair whose two sides both succeeded is kept in
+    ``pairs`` with both sides' TPOT as the client saw it (``paired_speed`` compares them).
     """
 
     def __init__(self, url: str, concurrency: int = 2, max_tokens: int = 24,
@@ -225,6 +269,7 @@ class Traffic:
         # burst of failures took milliseconds or connect retries' seconds tells a drained
         # backend from a worker that refused connections
         self.errors: list[str] = []
+        self.pairs: list[Pair] = []  # paired requests: both sides' TPOT
         self.started = 0.0  # the clock starts with the traffic (__enter__)
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.loop, args=(i,), daemon=True)
@@ -245,19 +290,31 @@ class Traffic:
                         "messages": [{"role": "user", "content": self.prompts[group]}]}
                 if len(self.urls) > 1:
                     body["seed"] = 1000 * index + n  # the same tokens on both sides
-                for url in self.urls if n % 2 == 0 else self.urls[::-1]:
-                    self.post(http, url, group, body)
+                    body["stream"], body["stream_options"] = True, {"include_usage": True}
+                began = time.monotonic()
+                order = self.urls if n % 2 == 0 else self.urls[::-1]
+                tpot = {url: self.post(http, url, group, body) for url in order}
+                if len(self.urls) > 1 and None not in tpot.values():
+                    with self.lock:
+                        self.pairs.append(Pair(group, began - self.started,
+                                               tpot[self.urls[0]], tpot[self.urls[1]]))
                 n += 1
 
-    def post(self, http: Any, url: str, group: str, body: dict[str, Any]) -> None:
+    def post(self, http: Any, url: str, group: str, body: dict[str, Any]) -> float | None:
+        """One request; a streamed one returns its TPOT (seconds from the first to the last
+        token over the tokens after the first; None if it failed or had one token)."""
         import httpx
 
         began = time.monotonic()
+        tpot = None
         try:
-            response = http.post(f"{url}/v1/chat/completions",
-                                 headers={"X-Specd-Task-Group": group}, json=body)
-            ok = response.status_code == 200
-            detail = f"{response.status_code} {response.text[:200]}"
+            if body.get("stream"):
+                ok, detail, tpot = _streamed(http, f"{url}/v1/chat/completions", group, body)
+            else:
+                response = http.post(f"{url}/v1/chat/completions",
+                                     headers={"X-Specd-Task-Group": group}, json=body)
+                ok = response.status_code == 200
+                detail = f"{response.status_code} {response.text[:200]}"
         except httpx.HTTPError as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         with self.lock:
@@ -266,6 +323,16 @@ class Traffic:
                 self.failed += 1
                 self.errors.append(f"+{began - self.started:.1f}s "
                                    f"({time.monotonic() - began:.2f}s): {detail}")
+        return tpot if ok else None
+
+    def paired_speed(self, group: str, since: float, until: float) -> tuple[float, int]:
+        """The second URL's TPOT over the first's, the median over the ``group``'s pairs
+        started between ``since`` and ``until`` (seconds after the traffic started), and how
+        many pairs: above 1, the first URL decodes faster. A median of paired ratios, so a
+        burst of other work on the machine that slows a few requests moves it little."""
+        ratios = [p.second / p.first for p in self.pairs
+                  if p.group == group and since <= p.at <= until and p.first > 0]
+        return (statistics.median(ratios) if ratios else float("nan")), len(ratios)
 
     def failures(self) -> str:
         """The failures for an assertion message: a string, so pytest prints it whole."""
