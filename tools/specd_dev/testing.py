@@ -315,7 +315,7 @@ class Traffic:
                                      headers={"X-Specd-Task-Group": group}, json=body)
                 ok = response.status_code == 200
                 detail = f"{response.status_code} {response.text[:200]}"
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ValueError) as exc:  # ValueError: a stream chunk not JSON
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.sent += 1
