@@ -213,33 +213,23 @@ class Pair:
     second: float
 
 
-def _streamed(http: Any, url: str, group: str, body: dict[str, Any]
-              ) -> tuple[bool, str, float | None]:
-    """A streamed chat request: (ok, detail, TPOT): the time from the first content chunk
-    to the last, over the completion tokens after the first (vLLM's serving benchmark's
-    client-side TPOT)."""
-    first = last = None
-    tokens = 0
-    with http.stream("POST", url, headers={"X-Specd-Task-Group": group}, json=body) as response:
-        if response.status_code != 200:
-            response.read()
-            return False, f"{response.status_code} {response.text[:200]}", None
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[len("data: "):])
-            if "error" in chunk:  # failed mid-stream: the server's error event
-                return False, f"200 then {json.dumps(chunk)[:200]}", None
-            if chunk.get("usage"):
-                tokens = int(chunk["usage"].get("completion_tokens") or 0)
-            choices = chunk.get("choices") or []
-            if any((c.get("delta") or {}).get("content") for c in choices):
-                last = time.monotonic()
-                first = first or last
-            elif any(c.get("finish_reason") for c in choices):  # the end, with no text
-                last = time.monotonic()
-    tpot = (last - first) / (tokens - 1) if first is not None and tokens > 1 else None
-    return True, "200", tpot
+def _streamed(url: str, group: str, body: dict[str, Any]) -> tuple[bool, str, float | None]:
+    """A streamed chat request through the pilot's client (``pilot.load.stream_chat``):
+    (ok, detail, TPOT as the pilot times it: first content to the end, over the tokens
+    after the first)."""
+    import asyncio
+
+    import httpx
+
+    from specd.pilot.load import RequestResult, stream_chat
+
+    async def one() -> RequestResult:
+        async with httpx.AsyncClient(timeout=120) as http:
+            result = RequestResult(0, group, 0, "", int(body["max_tokens"]), False, 0.0)
+            return await stream_chat(http, url, body, result, time.perf_counter())
+
+    result = asyncio.run(one())
+    return result.outcome == "ok", f"{result.status} {result.outcome} {result.error}", result.tpot_s
 
 
 class Traffic:
@@ -309,13 +299,13 @@ class Traffic:
         tpot = None
         try:
             if body.get("stream"):
-                ok, detail, tpot = _streamed(http, f"{url}/v1/chat/completions", group, body)
+                ok, detail, tpot = _streamed(url, group, body)
             else:
                 response = http.post(f"{url}/v1/chat/completions",
                                      headers={"X-Specd-Task-Group": group}, json=body)
                 ok = response.status_code == 200
                 detail = f"{response.status_code} {response.text[:200]}"
-        except (httpx.HTTPError, ValueError) as exc:  # ValueError: a stream chunk not JSON
+        except httpx.HTTPError as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.sent += 1
