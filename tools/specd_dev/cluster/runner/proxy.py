@@ -7,7 +7,11 @@ or pods kwok only simulates, get no server, so they get no traffic; as with kube
 terminating endpoints that still serve are used when no endpoint is Ready. When the set changes the
 runner rewrites the configuration, checks it (``haproxy -c``) and sends SIGUSR2 to the
 master process (master-worker mode): new connections use the new servers, in-flight
-requests finish on the old worker.
+requests finish on the old worker. The reload is asynchronous (the master starts a new
+worker, then tells the old one to stop listening), so ``reload`` returns only once the
+health frontend answers with the new configuration's digest, several times over fresh
+connections: a caller that publishes "this Service has a server" after it never sends a
+request into the old worker's empty backend (that race cost a test 83 503s in 0.1 s).
 
 A connection refused by a server (a pod stopping just before its endpoint is dropped, the
 race every load balancer in front of Kubernetes has) is retried and redispatched to another
@@ -17,10 +21,13 @@ connection failures are retried, so a request is never sent twice.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
 import subprocess
+import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +38,10 @@ from specd import SpecdError
 BINARY = "/usr/sbin/haproxy"
 # Long generations stream for minutes: generous client/server timeouts.
 TIMEOUT_S = 600
+# How long a reload may take before it counts as failed (the runner logs it and retries),
+# and how many fresh connections in a row must reach the new worker.
+RELOAD_TIMEOUT_S = 30.0
+RELOAD_CONFIRMATIONS = 5
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,18 @@ def url_key(namespace: str, service: str, port: str) -> str:
 
 
 def config_text(fronts: Iterable[Frontend], health_port: int) -> str:
+    """The whole configuration; its health frontend answers ``ok <digest>``, the digest
+    naming the frontends below it, so a caller can tell which configuration is live."""
+    body: list[str] = []
+    for front in sorted(fronts, key=lambda f: f.ident):
+        body += [
+            f"frontend {front.ident}",
+            f"    bind 127.0.0.1:{front.local_port}",
+            f"    default_backend {front.ident}",
+            f"backend {front.ident}",
+            "    balance roundrobin",
+        ]
+        body += [f"    server {pod} 127.0.0.1:{port}" for pod, port in front.servers]
     lines = [
         "# written by the specd pod runner; rewritten whenever endpoints change",
         "global",
@@ -127,18 +150,22 @@ def config_text(fronts: Iterable[Frontend], health_port: int) -> str:
         "    timeout http-request 30s",
         "frontend specd_proxy_health",
         f"    bind 127.0.0.1:{health_port}",
-        "    http-request return status 200 content-type text/plain string ok",
+        "    http-request return status 200 content-type text/plain "
+        f"string \"ok {digest(body)}\"",
     ]
-    for front in sorted(fronts, key=lambda f: f.ident):
-        lines += [
-            f"frontend {front.ident}",
-            f"    bind 127.0.0.1:{front.local_port}",
-            f"    default_backend {front.ident}",
-            f"backend {front.ident}",
-            "    balance roundrobin",
-        ]
-        lines += [f"    server {pod} 127.0.0.1:{port}" for pod, port in front.servers]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + body) + "\n"
+
+
+def digest(body: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
+
+
+def health_answer(text: str) -> str:
+    """What the health frontend of configuration ``text`` answers."""
+    match = re.search(r'string "(ok [0-9a-f]+)"', text)
+    if not match:
+        raise SpecdError("no health answer in the HAProxy configuration")
+    return match.group(1)
 
 
 def argv(config: Path, pidfile: Path, binary: str = BINARY) -> list[str]:
@@ -153,11 +180,37 @@ def check(config: Path, binary: str = BINARY) -> None:
         raise SpecdError(f"haproxy refused {config}: {result.stdout}{result.stderr}".strip())
 
 
-def reload(config: Path, text: str, pidfile: Path, binary: str = BINARY) -> None:
-    """Write ``text`` to ``config`` (checked first) and signal the master to reload."""
+def reload(config: Path, text: str, pidfile: Path, health_port: int, binary: str = BINARY,
+           timeout: float = RELOAD_TIMEOUT_S) -> None:
+    """Write ``text`` to ``config`` (checked first), signal the master to reload and return
+    once the new worker serves it."""
     candidate = config.with_suffix(".next")
     candidate.write_text(text)
     check(candidate, binary)
     os.replace(candidate, config)
     master = int(pidfile.read_text().split()[0])
     os.kill(master, signal.SIGUSR2)
+    wait_serving(health_port, health_answer(text), timeout)
+
+
+def wait_serving(health_port: int, answer: str, timeout: float = RELOAD_TIMEOUT_S,
+                 confirmations: int = RELOAD_CONFIRMATIONS) -> None:
+    """Poll the health frontend until ``confirmations`` fresh connections in a row get
+    ``answer``: the old worker keeps accepting for a moment after the new one is up."""
+    deadline = time.monotonic() + timeout
+    streak, last = 0, "nothing"
+    while streak < confirmations:
+        if time.monotonic() > deadline:
+            raise SpecdError(f"HAProxy did not serve its new configuration within {timeout:.0f}"
+                             f" s: the health frontend answered {last!r}, not {answer!r}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/",
+                                        timeout=2) as response:
+                last = response.read().decode(errors="replace").strip()
+        except OSError as exc:
+            last = str(exc)
+        if last == answer:
+            streak += 1
+        else:
+            streak = 0
+            time.sleep(0.02)

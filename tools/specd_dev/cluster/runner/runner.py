@@ -285,7 +285,8 @@ class Runner:
                     len(f.servers) for f in fronts}
         text = proxy.config_text(fronts, self.proxy_health_port)
         if text != self._proxy_text:
-            proxy.reload(self.haproxy_config, text, self.haproxy_pidfile)
+            proxy.reload(self.haproxy_config, text, self.haproxy_pidfile,
+                         self.proxy_health_port)
             self._proxy_text = text
         self.service_backends = backends  # published once HAProxy has them
 
