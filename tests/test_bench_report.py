@@ -98,6 +98,22 @@ def test_every_draft_length_that_ran_is_a_rival_and_compared():
     assert rows["semi-ar-scheduled:k4"]["1"]["vs_best_rival"] == pytest.approx(13 / 14)
 
 
+def test_scheme_b_with_lookup_is_judged_against_fixed_length_with_lookup():
+    """The same drafter verified at a fixed length is the rival a scheduled group must beat."""
+    from specd.worker.bench.groups import parse_groups
+
+    lookup_fixed = parse_groups("semi-ar-lookup-fixed")[1]
+    assert (lookup_fixed.drafter, lookup_fixed.mode, lookup_fixed.lookup) == (
+        "semi-ar", "fixed", True)
+    groups = {"plain": {"1": {"tokens_per_s": 10.0}},
+              "semi-ar-fixed": {"1": {"tokens_per_s": 12.0}},
+              "semi-ar-lookup-fixed": {"1": {"tokens_per_s": 16.0}},
+              "semi-ar-lookup-scheduled": {"1": {"tokens_per_s": 18.0, "phase_share": {}}}}
+    row = comparisons(groups)["semi-ar-lookup-scheduled"]["1"]
+    assert row["best_rival"] == "semi-ar-lookup-fixed"
+    assert row["vs_best_rival"] == pytest.approx(18 / 16)
+
+
 def test_a_group_can_carry_its_own_draft_length():
     from specd import SpecdError
     from specd.worker.bench.groups import kind_of, parse_groups

@@ -534,7 +534,8 @@ def coupled_vs_standard(groups: dict[str, dict[str, dict[str, Any]]]) -> dict[st
 
 def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
                 scheduled: tuple[str, ...] = ("semi-ar-scheduled", "semi-ar-lookup-scheduled"),
-                rivals: tuple[str, ...] = ("plain", "parallel-fixed", "semi-ar-fixed")
+                rivals: tuple[str, ...] = ("plain", "parallel-fixed", "semi-ar-fixed",
+                                           "semi-ar-lookup-fixed")
                 ) -> dict[str, Any]:
     """Scheme B (with and without prompt lookup beside it, whichever ran; at every draft
     length that ran) against plain decoding and the best fixed length (of every fixed group

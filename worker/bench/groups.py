@@ -89,6 +89,7 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
     Group("semi-ar-fixed", "semi-ar", "fixed"),
     Group("semi-ar-scheduled", "semi-ar", "scheduled"),
     Group("parallel-scheduled", "parallel", "scheduled"),
+    Group("semi-ar-lookup-fixed", "semi-ar", "fixed", lookup=True),
     Group("semi-ar-lookup-scheduled", "semi-ar", "scheduled", lookup=True),
     Group("draft-model", "draft-model", "fixed"),
     Group("hf-generate", "hf", peer="generate"),
