@@ -1,6 +1,8 @@
 """tau of a K-chain loop with prompt lookup beside semi-ar, on the benchmark's prompts, offline.
 
-    .venv/bin/python docs/bench/lookup_hybrid_offline.py [K] [N_PROMPTS]
+    .venv/bin/python docs/bench/lookup_hybrid_offline.py [K] [N_PROMPTS] [PROMPT_FILE]
+
+(PROMPT_FILE defaults to the benchmark's, ``worker/bench/prompts.jsonl``.)
 
 For every prompt: the target's greedy continuation (128 tokens, stopping at end-of-turn; the
 semi-ar real loop, lossless), semi-ar's accepted run length and calibrated confidences at every
@@ -22,7 +24,8 @@ from specd.worker.training.evaluate import verify_loop, run_lengths, tau_walk
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 target = load_model(device="cpu", dtype="float32")
 semi = load_drafter("worker/artifacts/smollm2-135m/semi-ar", target)
-ps = encode_prompts(read_prompt_file(DEFAULT_PROMPTS), target.tokenizer)
+ps = encode_prompts(read_prompt_file(sys.argv[3] if len(sys.argv) > 3 else DEFAULT_PROMPTS),
+                    target.tokenizer)
 eos = target.tokenizer.eos_token_id
 stats = LookupStats(max_n=4, k=K)
 agg = collections.defaultdict(lambda: [0, 0])
