@@ -315,6 +315,14 @@ def test_a_round_the_gate_turns_plain_is_exactly_a_plain_round(make_engine, chat
         return forward(cache, rows, **kwargs)
 
     forward = core.runner.forward
+    choices = []
+    choose = core.gate.choose
+
+    def chosen(*args, **kwargs):
+        choices.append(choose(*args, **kwargs))
+        return choices[-1]
+
+    monkeypatch.setattr(core.gate, "choose", chosen)
     monkeypatch.setattr(core.drafter, "propose", counted("propose", core.drafter.propose))
     monkeypatch.setattr(core_module, "schedule", counted("schedule", core_module.schedule))
     monkeypatch.setattr(core.runner, "forward", recorded)
@@ -332,6 +340,17 @@ def test_a_round_the_gate_turns_plain_is_exactly_a_plain_round(make_engine, chat
             assert calls == before  # neither drafted nor scheduled
             assert forwards[-1] == [1] * stats.rows
             assert stats.verified == 0
-    plain = [k for k in kinds[1:] if k == "plain"]
-    # the first rounds draft to learn; after them only the probes do
-    assert len(plain) >= len(kinds) - 3 - core.gate.max_probes(len(kinds))
+    # outside the first rounds (nothing learnt yet) and the probes, the gate drafts only on a
+    # clear measured win, which the ngram drafter may earn on this repeating prompt: real
+    # round times decide it, so the test bounds the probes and names every drafting round
+    probes = [c for c in choices if c.probe]
+    assert len(probes) <= core.gate.max_probes(len(choices))
+    drafted = [c for c in choices if c.draft]
+    assert all(c.probe or c.why in ("nothing learnt yet: draft and learn",
+                                    "measured: drafting rounds cost less per token")
+               for c in drafted), [c.why for c in drafted]
+    learning = [c for c in drafted if c.why.startswith("nothing learnt")]
+    assert len(learning) <= 3
+    # priced out: the gate's own prediction never drafts
+    assert not [c for c in choices if c.why == "predicted gain"]
+    assert kinds.count("speculative") <= len(drafted)
