@@ -171,6 +171,10 @@ def run_rounds(args: argparse.Namespace) -> int:
                                   args.k, args.passes)
     doc = round_breakdown.summarise(results, args.concurrency)
     print(round_breakdown.format_table(doc))
+    for name, d in doc.items():
+        if d["drafted_why"]:
+            print(f"{name}: full-batch rounds drafted because "
+                  + ", ".join(f"{why}: {n}" for why, n in d["drafted_why"].items()))
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
                 "passes": args.passes, "open_gate": args.open_gate, "prompts": len(prompts),

@@ -172,6 +172,10 @@ def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_
     assert opened and all(r.kind == "speculative" for r in opened[:-1])
     assert doc["plain"]["drafted_share"] == 0.0
     assert doc["semi-ar-scheduled+open-gate"]["drafted_share"] > doc["plain"]["drafted_share"]
+    # each drafted full-batch round is counted under the gate's reason for it
+    drafted = sum(r.kind == "speculative" for r in opened)
+    assert doc["semi-ar-scheduled+open-gate"]["drafted_why"] == {"held open": drafted}
+    assert doc["plain"]["drafted_why"] == {}
 
 
 def test_full_batch_counts_tokens_until_the_batch_can_no_longer_be_refilled(monkeypatch):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ class GroupRounds:
     rounds: list[Any] = field(default_factory=list)  # RoundStats
     seconds: float = 0.0
     tokens: int = 0
+    gate: list[str] = field(default_factory=list)  # per round: why the gate chose ("": not asked)
 
 
 OPEN_GATE = "+open-gate"  # a scheduled group's twin whose every round drafts
@@ -59,6 +61,21 @@ def open_gate(gate: Any) -> Any:
     return OpenGate(gate.costs, gate.outcomes)
 
 
+class _GateLog:
+    """Keeps why the engine's draft gate chose what it did in the round under way."""
+
+    def __init__(self, core: Any) -> None:
+        self.why = ""
+        choose = core.gate.choose
+
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            choice = choose(*args, **kwargs)
+            self.why = choice.why
+            return choice
+
+        core.gate.choose = logged
+
+
 def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], concurrency: int,
         max_tokens: int, k: int, passes: int, engine_options: dict[str, Any] | None = None
         ) -> dict[str, GroupRounds]:
@@ -78,16 +95,21 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
             engine.core.gate = open_gate(engine.core.gate)
         engines[g.name] = engine
     out = {g.name: GroupRounds(g.name) for g in groups}
+    logs = {name: _GateLog(engine.core) for name, engine in engines.items()}
     for turn in range(passes):
         for g in (groups if turn % 2 == 0 else list(reversed(groups))):
-            core, rec = engines[g.name].core, out[g.name]
+            core, rec, log = engines[g.name].core, out[g.name], logs[g.name]
             for p in prompts:
                 core.add(GenerationRequest(list(p.token_ids),
                                            SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                                            p.task_group), lambda _event: None)
             began = time.perf_counter()
-            while core.step():
+            while True:
+                log.why = ""
+                if not core.step():
+                    break
                 rec.rounds.append(core.last_round)
+                rec.gate.append(log.why)
             rec.seconds += time.perf_counter() - began
             rec.tokens += len(prompts) * max_tokens
     return out
@@ -98,8 +120,14 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
     plain_rate = plain.tokens / plain.seconds if plain and plain.seconds else None
     doc: dict[str, Any] = {}
     for name, rec in results.items():
-        full = [r for r in rec.rounds if r.rows == concurrency and not r.prefill_tokens]
+        def is_full(r: Any) -> bool:
+            return r.rows == concurrency and not r.prefill_tokens
+
+        full = [r for r in rec.rounds if is_full(r)]
         drafted = [r for r in full if r.kind == "speculative"]
+        # why the gate let full-batch rounds draft (a probe, a prediction, a measurement)
+        reasons = Counter(why for r, why in zip(rec.rounds, rec.gate, strict=False)
+                          if why and is_full(r) and r.kind == "speculative")
         rate = rec.tokens / rec.seconds if rec.seconds else 0.0
 
         def mean_ms(rounds: list[Any]) -> dict[str, float]:
@@ -120,6 +148,7 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
                                            / (len(full) * concurrency), 4) if full else None),
             "tokens_per_round": (round(sum(sum(c.emitted for c in r.groups.values())
                                            for r in full) / len(full), 3) if full else None),
+            "drafted_why": dict(reasons.most_common()),
             "ms_per_full_round": mean_ms(full),
             "ms_drafted": mean_ms(drafted),
             "ms_not_drafted": mean_ms([r for r in full if r.kind == "plain"]),
