@@ -172,6 +172,10 @@ def run_rounds(args: argparse.Namespace) -> int:
     doc = round_breakdown.summarise(results, args.concurrency)
     print(round_breakdown.format_table(doc))
     for name, d in doc.items():
+        print(f"{name}: " + ", ".join(
+            f"{cls} {c['rounds']} rounds {c['seconds']:.1f} s {c['tokens']} tok"
+            + (f" ({c['ms_per_token']:.2f} ms/tok)" if c["ms_per_token"] else "")
+            for cls, c in d["by_class"].items()))
         if d["drafted_why"]:
             print(f"{name}: full-batch rounds drafted because "
                   + ", ".join(f"{why}: {n}" for why, n in d["drafted_why"].items()))

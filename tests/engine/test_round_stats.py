@@ -106,3 +106,10 @@ def test_the_breakdown_compares_full_batch_rounds_only():
     assert s["verified_per_request"] == 1.0  # 4 verified over 2 rounds x 2 rows
     table = format_table(doc)
     assert "semi-ar-scheduled (not drafted)" in table and "plain (drafted)" not in table
+    # the whole run by class: the prefill round and the full-batch rounds apart
+    classes = s["by_class"]
+    assert set(classes) == {"full", "full/drafted", "prefill"}
+    assert classes["prefill"]["rounds"] == 1 and classes["prefill"]["seconds"] == 5.0
+    assert classes["full/drafted"]["seconds"] == 0.3 and classes["full/drafted"]["tokens"] == 3
+    assert classes["full/drafted"]["ms_per_token"] == 100.0
+    assert sum(c["rounds"] for c in classes.values()) == len(mixed)

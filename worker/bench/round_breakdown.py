@@ -7,7 +7,10 @@ the forward). For each group: the mean milliseconds of each part (gate, draft, s
 forward, accept, commit; they sum to the round), rounds that drafted vs not, drafted tokens
 verified per request per round, and the whole run's tokens/s against plain. A scheduled round
 that verifies (almost) nothing should cost what a plain round of the same batch costs; the
-parts say which phase pays when it does not.
+parts say which phase pays when it does not. Two more views: why the draft gate let each
+drafted full-batch round draft (a probe, a prediction, a measurement), and the whole run's
+time and tokens by round class (full batch, with a prefill chunk, partial rows: the drain),
+which places a whole-run loss that the full-batch rounds do not show.
 """
 
 from __future__ import annotations
@@ -152,8 +155,33 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
             "ms_per_full_round": mean_ms(full),
             "ms_drafted": mean_ms(drafted),
             "ms_not_drafted": mean_ms([r for r in full if r.kind == "plain"]),
+            "by_class": by_class(rec.rounds, concurrency),
         }
     return doc
+
+
+def round_class(r: Any, concurrency: int) -> str:
+    """``full`` (every slot decoding, no prefill), ``prefill`` (a newcomer's chunk in the
+    forward) or ``partial`` (fewer rows: the drain), with ``/drafted`` when the drafter ran."""
+    kind = "prefill" if r.prefill_tokens else "full" if r.rows == concurrency else "partial"
+    return kind + ("/drafted" if r.kind == "speculative" else "")
+
+
+def by_class(rounds: Sequence[Any], concurrency: int) -> dict[str, dict[str, float]]:
+    """The whole run's time split by ``round_class``: where a group's run loses or gains
+    against plain's (the full-batch table above leaves the drain and the prefills out)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rounds:
+        c = out.setdefault(round_class(r, concurrency),
+                           {"rounds": 0, "seconds": 0.0, "tokens": 0, "rows": 0})
+        c["rounds"] += 1
+        c["seconds"] += r.seconds
+        c["tokens"] += sum(g.emitted for g in r.groups.values())
+        c["rows"] += r.rows
+    for c in out.values():
+        c["ms_per_token"] = round(1e3 * c["seconds"] / c["tokens"], 3) if c["tokens"] else None
+        c["seconds"] = round(c["seconds"], 3)
+    return dict(sorted(out.items()))
 
 
 def format_table(doc: dict[str, Any]) -> str:
