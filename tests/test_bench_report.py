@@ -147,3 +147,23 @@ def test_peers_are_compared_up_to_the_first_end_of_turn():
     r = results()
     mark_matches(r)
     assert r["hf-generate"][1].matched_requests == 0
+
+
+def test_a_length_spread_covers_its_range_evenly_and_zero_keeps_every_length():
+    from specd.worker.bench.engine_bench import request_length
+
+    assert {request_length(128, i) for i in range(48)} == {128}
+    lengths = [request_length(128, i, 0.5) for i in range(48)]
+    assert lengths[0] == 128 and min(lengths) >= 64 and max(lengths) == 128
+    # evenly: every eighth of the range holds some of the 48 requests
+    assert {(n - 64) * 8 // 65 for n in lengths} == set(range(8))
+    assert request_length(1, 5, 0.9) == 1  # never below one token
+
+
+def test_the_command_rejects_a_length_spread_outside_its_range_or_with_peers(capsys):
+    from specd.cli import main
+
+    assert main(["bench", "engine", "--length-spread", "1.5"]) != 0
+    assert "--length-spread must be in [0, 1), got 1.5" in capsys.readouterr().err
+    assert main(["bench", "engine", "--groups", "hf-generate", "--length-spread", "0.5"]) != 0
+    assert "engine groups only" in capsys.readouterr().err

@@ -13,7 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "engine", help="every group over the same prompts at each concurrency",
         description="Run named groups (drafter + verification policy, or transformers' own "
                     "loops) over a prompt file at a list of concurrencies; print a table and "
-                    "write JSON. Greedy, EOS ignored so every request emits --max-tokens.")
+                    "write JSON. Greedy, EOS ignored so every request emits --max-tokens "
+                    "(or its share of it, with --length-spread).")
     from specd.worker.bench.groups import DEFAULT_GROUPS  # light: no torch
 
     engine.add_argument("--model", default="smollm2-135m", help="target model reference")
@@ -26,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     engine.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     engine.add_argument("--k", type=int, default=3, help="draft length K (fixed verifies K)")
+    engine.add_argument("--length-spread", type=float, default=0.0,
+                        help="spread the requests' output lengths evenly over "
+                             "[(1 - S) x --max-tokens, --max-tokens], the same in every group "
+                             "(0: all equal; engine groups only)")
     engine.add_argument("--min-seconds", type=float, default=0.0,
                         help="repeat the engine groups at each concurrency in passes until "
                              "each has run this long there (median pass reported; at most "
@@ -87,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
     concurrencies = parse_concurrency(args.concurrency)
     if min(args.max_tokens, args.k, args.passes) < 1:
         raise SpecdError("--max-tokens, --k and --passes must be >= 1")
+    if not 0.0 <= args.length_spread < 1.0:
+        raise SpecdError(f"--length-spread must be in [0, 1), got {args.length_spread}")
+    if args.length_spread and any(g.peer for g in groups):
+        raise SpecdError("--length-spread runs engine groups only (transformers' loops "
+                         "emit --max-tokens each)")
     torch.manual_seed(0)
     # tensor work runs on one live thread at a time: the engines' round threads and a
     # short-lived thread for transformers' loops, never the main thread (see engine.threads)
@@ -125,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
                                            engine_options={"threads": threads,
                                                            "cost_profile": args.cost_profile},
                                            min_seconds=args.min_seconds,
-                                           passes=args.passes)
+                                           passes=args.passes,
+                                           length_spread=args.length_spread)
     results = {g.name: results[g.name] for g in groups}  # the order the groups were named in
     eos = loaded.tokenizer.eos_token_id
     # outputs that differ from plain's: the target's top-2 gap where they first do (on the
@@ -137,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
         "threads": threads, "min_seconds": args.min_seconds, "passes": args.passes,
+        "length_spread": args.length_spread,
         "sampling": args.sampling,
         "cost_profile": args.cost_profile,
         "slice_prompts": bench.SLICE_PROMPTS})

@@ -200,7 +200,8 @@ def test_full_batch_counts_tokens_until_the_batch_can_no_longer_be_refilled(monk
 
     lengths = iter([4, 2])
     monkeypatch.setattr(engine_bench, "request_params",
-                        lambda group, max_tokens, index: SimpleNamespace(max_tokens=next(lengths)))
+                        lambda group, max_tokens, index, spread=0.0:
+                        SimpleNamespace(max_tokens=next(lengths)))
     prompts = [BenchPrompt([1, 2], "chat", "a"), BenchPrompt([3], "chat", "b")]
     bar = SimpleNamespace(update=lambda n: None)
     driven = asyncio.run(engine_bench._drive(Ticking(), prompts, 2, 4, bar))
@@ -211,3 +212,18 @@ def test_full_batch_counts_tokens_until_the_batch_can_no_longer_be_refilled(monk
     cell.add_slice(engine_bench.Cell([[7] * 3], 2.0, [1.5], full_tokens=[3], full_seconds=[2.0]))
     summary = cell.summary()
     assert summary["tokens_per_s"] == 9 / 8 and summary["full_batch_tokens_per_s"] == 5 / 4
+
+
+def test_a_length_spread_gives_every_group_the_same_uneven_lengths(target, chat_prompt_ids):
+    from specd.worker.bench.engine_bench import request_length
+
+    prompts = [BenchPrompt(chat_prompt_ids(text), "chat", text) for text in
+               ("Name three colours.", "Count from one to six.", "What is a list in Python?")]
+    results = run_engine_groups(target, parse_groups("plain,ngram"), prompts, [1], max_tokens=12,
+                                k=3, engine_options={"cost_profile": "none"}, length_spread=0.5)
+    want = [request_length(12, i, 0.5) for i in range(3)]
+    assert len(set(want)) > 1  # uneven
+    for name in ("plain", "ngram"):
+        assert [len(out) for out in results[name][1].outputs] == want, name
+    mark_matches(results)
+    assert report("smollm2-135m", results, {})["groups"]["ngram"]["1"]["match_plain"] is True

@@ -199,12 +199,29 @@ def _phase_seconds(registry: Any) -> dict[str, float]:
     return totals
 
 
-def request_params(group: Group | None, max_tokens: int, index: int) -> Any:
+GOLDEN = 0.6180339887498949
+
+
+def request_length(max_tokens: int, index: int, spread: float = 0.0) -> int:
+    """Output tokens of prompt ``index``: ``max_tokens``, or with ``spread`` (0..1) spread
+    evenly over [(1 - spread) * max_tokens, max_tokens] by the golden-ratio sequence, the
+    same in every group. Equal lengths end a closed batch of plain requests in one round,
+    so plain admits the next wave in one prefill and drains as one batch while a speculative
+    group's requests end rounds apart; real outputs vary, and with a spread plain's do too."""
+    if spread <= 0.0:
+        return max_tokens
+    return max(1, round(max_tokens * (1.0 - spread * ((index * GOLDEN) % 1.0))))
+
+
+def request_params(group: Group | None, max_tokens: int, index: int,
+                   spread: float = 0.0) -> Any:
     """The SamplingParams of prompt ``index`` in ``group`` (its sampling variant; seeded
-    variants: seed SEED_BASE + the prompt's index in the whole prompt list)."""
+    variants: seed SEED_BASE + the prompt's index in the whole prompt list; its length:
+    ``request_length``)."""
     from specd.worker.bench.groups import SEED_BASE
     from specd.worker.engine import SamplingParams
 
+    max_tokens = request_length(max_tokens, index, spread)
     if group is None or group.sampling == "greedy":
         return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=group.temperature,
@@ -212,8 +229,8 @@ def request_params(group: Group | None, max_tokens: int, index: int) -> Any:
 
 
 async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
-                 max_tokens: int, bar: tqdm, group: Group | None = None, first: int = 0
-                 ) -> Driven:
+                 max_tokens: int, bar: tqdm, group: Group | None = None, first: int = 0,
+                 spread: float = 0.0) -> Driven:
     from specd.worker.engine import GenerationRequest
 
     outputs: list[Any] = [None] * len(prompts)
@@ -229,7 +246,7 @@ async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
         nonlocal not_started, first_wave, full_from, full_until
         async with gate:
             not_started -= 1
-            params = request_params(group, max_tokens, first + i)
+            params = request_params(group, max_tokens, first + i, spread)
             request = GenerationRequest(list(prompt.token_ids), params, prompt.task_group)
             began = time.perf_counter()
             tokens: list[int] = []
@@ -289,7 +306,8 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
                       concurrencies: Sequence[int], max_tokens: int, k: int,
                       drafter_path: str | None = None, on_cell: Any = None,
                       engine_options: dict[str, Any] | None = None,
-                      min_seconds: float = 0.0, passes: int = 1) -> dict[str, dict[int, Cell]]:
+                      min_seconds: float = 0.0, passes: int = 1,
+                      length_spread: float = 0.0) -> dict[str, dict[int, Cell]]:
     """Run engine groups interleaved: every group at one concurrency, then the next.
 
     One engine per group (each with its own measured cost profile) stays up for the whole
@@ -302,7 +320,7 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     ``passes`` passes (a count of repeats that does not depend on how fast a cell runs); every
     cell then holds all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is
     called before each cell; ``engine_options``: further EngineConfig fields (tests:
-    ``cost_profile="none"``).
+    ``cost_profile="none"``); ``length_spread``: ``request_length``.
     """
     from prometheus_client import CollectorRegistry
 
@@ -348,7 +366,7 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
                         try:
                             cell = await _run_cell(engine, registry, group.name,
                                                    prompts[lo:hi], concurrency, max_tokens,
-                                                   group, lo)
+                                                   group, lo, length_spread)
                         finally:
                             await engine.stop(drain=False)
                         if group.name in this_pass:
@@ -371,11 +389,12 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
 
 async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[BenchPrompt],
                     concurrency: int, max_tokens: int, group: Group | None = None,
-                    first: int = 0) -> Cell:
+                    first: int = 0, spread: float = 0.0) -> Cell:
     before = _phase_seconds(registry)
     bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
     with RssSampler() as rss:
-        driven = await _drive(engine, prompts, concurrency, max_tokens, bar, group, first)
+        driven = await _drive(engine, prompts, concurrency, max_tokens, bar, group, first,
+                              spread)
     bar.close()
     after = _phase_seconds(registry)
     cell = Cell([r[0] for r in driven.outputs], driven.seconds, driven.rates,
