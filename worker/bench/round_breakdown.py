@@ -124,7 +124,7 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
     doc: dict[str, Any] = {}
     for name, rec in results.items():
         def is_full(r: Any) -> bool:
-            return r.rows == concurrency and not r.prefill_tokens
+            return round_shape(r, concurrency) == "full"
 
         full = [r for r in rec.rounds if is_full(r)]
         drafted = [r for r in full if r.kind == "speculative"]
@@ -149,8 +149,8 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
             "drafted_share": round(len(drafted) / len(full), 4) if full else None,
             "verified_per_request": (round(sum(r.verified for r in full)
                                            / (len(full) * concurrency), 4) if full else None),
-            "tokens_per_round": (round(sum(sum(c.emitted for c in r.groups.values())
-                                           for r in full) / len(full), 3) if full else None),
+            "tokens_per_round": (round(sum(r.emitted for r in full) / len(full), 3)
+                                 if full else None),
             "drafted_why": dict(reasons.most_common()),
             "ms_per_full_round": mean_ms(full),
             "ms_drafted": mean_ms(drafted),
@@ -160,11 +160,15 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
     return doc
 
 
-def round_class(r: Any, concurrency: int) -> str:
+def round_shape(r: Any, concurrency: int) -> str:
     """``full`` (every slot decoding, no prefill), ``prefill`` (a newcomer's chunk in the
-    forward) or ``partial`` (fewer rows: the drain), with ``/drafted`` when the drafter ran."""
-    kind = "prefill" if r.prefill_tokens else "full" if r.rows == concurrency else "partial"
-    return kind + ("/drafted" if r.kind == "speculative" else "")
+    forward) or ``partial`` (fewer rows: the drain)."""
+    return "prefill" if r.prefill_tokens else "full" if r.rows == concurrency else "partial"
+
+
+def round_class(r: Any, concurrency: int) -> str:
+    """``round_shape``, with ``/drafted`` when the drafter ran."""
+    return round_shape(r, concurrency) + ("/drafted" if r.kind == "speculative" else "")
 
 
 def by_class(rounds: Sequence[Any], concurrency: int) -> dict[str, dict[str, float]]:
@@ -176,7 +180,7 @@ def by_class(rounds: Sequence[Any], concurrency: int) -> dict[str, dict[str, flo
                            {"rounds": 0, "seconds": 0.0, "tokens": 0, "rows": 0})
         c["rounds"] += 1
         c["seconds"] += r.seconds
-        c["tokens"] += sum(g.emitted for g in r.groups.values())
+        c["tokens"] += r.emitted
         c["rows"] += r.rows
     for c in out.values():
         c["ms_per_token"] = round(1e3 * c["seconds"] / c["tokens"], 3) if c["tokens"] else None

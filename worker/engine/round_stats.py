@@ -85,6 +85,11 @@ class RoundStats:
         return sum(r.verified for r in self.requests)
 
     @property
+    def emitted(self) -> int:
+        """Tokens the round committed, over every group."""
+        return sum(c.emitted for c in self.groups.values())
+
+    @property
     def verified_requests(self) -> int:
         return sum(1 for r in self.requests if r.verified > 0)
 
