@@ -224,40 +224,6 @@ def test_online_calibration_corrects_overconfidence():
     assert cal.reached == before
 
 
-def test_draft_outcomes_compare_measured_cost_per_token():
-    from specd.worker.engine.scheduler import DraftOutcomes
-
-    out = DraftOutcomes(ema=0.5, min_rounds=2)
-    out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)  # 0.75
-    out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)  # 1.0
-    assert out.drafting_wins(4) is None  # one round of each is not evidence yet
-    out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)
-    out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)
-    assert out.drafting_wins(4) is True
-    assert out.relative_cost(4, True) == pytest.approx(0.75)
-    assert out.drafting_wins(8) is None  # buckets are separate
-    for _ in range(6):  # drafting rounds turn slow: 7 tokens of plain time buys 5
-        out.record(4, True, seconds=0.035, committed=5, plain_seconds_per_token=0.005)
-    assert out.drafting_wins(4) is False
-    out.record(4, True, seconds=0.0, committed=0, plain_seconds_per_token=0.005)  # ignored
-    assert out.drafting_wins(4) is False
-
-
-def test_draft_outcomes_weigh_tokens_not_rounds():
-    """Bursty acceptance: rounds committing 1 and 7 tokens alternate at the same time each.
-    Per token that is 8 tokens per 2 rounds (0.31 plain-token units at 1.25 units a round),
-    although the mean of per-round ratios (0.71) would say otherwise."""
-    from specd.worker.engine.scheduler import DraftOutcomes
-
-    out = DraftOutcomes(ema=0.05, min_rounds=1)
-    for i in range(40):
-        out.record(1, True, seconds=1.25, committed=1 if i % 2 else 7,
-                   plain_seconds_per_token=1.0)
-        out.record(1, False, seconds=0.6, committed=1, plain_seconds_per_token=1.0)
-    assert out.relative_cost(1, True) == pytest.approx(1.25 / 4, rel=0.1)
-    assert out.drafting_wins(1) is True
-
-
 def test_rows_of_different_groups_share_one_forward():
     """Per-row policies (each request's task group): plain rows verify nothing, fixed rows
     their length, and scheduled rows share what is left of the budget, the rate counting

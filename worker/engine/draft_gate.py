@@ -12,9 +12,10 @@ the drafter is a plain round. The gate decides from two sources:
   position and its running mean time per round (per batch-size bucket), priced with the cost
   table; cached until the drafter's statistics change;
 - the **measurement** (``DraftOutcomes``): what drafting and plain rounds of this batch size
-  really cost per committed token; once both kinds were seen, it overrules the prediction
-  both ways: a measured loss a predicted gain, and a clear measured win (``WIN_MARGIN``) a
-  predicted loss. (A start-up table that overpriced a lone row's verify kept a lone request
+  really cost per committed token, each round priced against the other kind's rounds just
+  before it (a machine's speed drifts between probes); once both kinds were seen, it
+  overrules the prediction both ways: a measured loss a predicted gain, and a clear measured
+  win (``WIN_MARGIN``) a predicted loss. (A start-up table that overpriced a lone row's verify kept a lone request
   plain at 1.05x plain decoding where fixed-length drafting made 1.36x.)
 
 **Exploration has a stated bound.** A decision that holds would never measure the other
@@ -40,7 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specd.api.policy import Policy
-from specd.worker.engine.scheduler import CostTable, DraftOutcomes, worth_drafting
+from specd.worker.engine.draft_outcomes import DraftOutcomes
+from specd.worker.engine.scheduler import CostTable, worth_drafting
 
 
 def bucket(n: int) -> int:

@@ -1,0 +1,83 @@
+"""The draft gate's measurement on its own: recorded rounds in, cost ratio out (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specd.worker.engine.draft_outcomes import DraftOutcomes
+
+
+def test_drafting_and_plain_rounds_compare_per_committed_token():
+    out = DraftOutcomes(ema=0.5, min_rounds=2)
+    out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)  # 0.75
+    out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)  # 1.0
+    assert out.drafting_wins(4) is None  # one round of each is not evidence yet
+    out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)
+    out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)
+    assert out.drafting_wins(4) is True
+    assert out.cost_ratio(4) == pytest.approx(0.75)
+    assert out.drafting_wins(8) is None  # buckets are separate
+    for _ in range(6):  # drafting rounds turn slow: 7 tokens of plain time buys 5
+        out.record(4, True, seconds=0.035, committed=5, plain_seconds_per_token=0.005)
+    assert out.drafting_wins(4) is False
+    out.record(4, True, seconds=0.0, committed=0, plain_seconds_per_token=0.005)  # ignored
+    assert out.drafting_wins(4) is False and out.count(4, True) == 8
+
+
+def test_tokens_weigh_not_rounds():
+    """Bursty acceptance: rounds committing 1 and 7 tokens alternate at the same time each.
+    Per token that is 8 tokens per 2 rounds (1.25 / 4 = 0.31 s a token, against plain's 0.6:
+    a ratio of 0.52), although the mean of per-round ratios would say 1.2."""
+    out = DraftOutcomes(ema=0.05, min_rounds=1)
+    for i in range(40):
+        out.record(1, True, seconds=1.25, committed=1 if i % 2 else 7,
+                   plain_seconds_per_token=1.0)
+        out.record(1, False, seconds=0.6, committed=1, plain_seconds_per_token=1.0)
+    assert out.cost_ratio(1) == pytest.approx(1.25 / 4 / 0.6, rel=0.05)
+    assert out.drafting_wins(1) is True
+
+
+def drifting(rounds: int, ratio: float, probe_drafts: bool,
+             every: int = 17) -> list[tuple[bool, float]]:
+    """(drafted, seconds) of one-row rounds committing one token each, on a machine whose
+    speed swings by +-20 % over 300 rounds; one kind runs every ``every``-th round (the
+    gate's probes, after 16 rounds of alternation while it learns), the other the rest.
+    ``ratio``: what a drafting round really costs per token against a plain one."""
+    out = []
+    for i in range(rounds):
+        slow = 1.0 + 0.2 * math.sin(2 * math.pi * i / 300)
+        minority = i % 2 == 0 if i < 16 else i % every == 0
+        drafted = minority if probe_drafts else not minority
+        out.append((drafted, slow * (ratio if drafted else 1.0)))
+    return out
+
+
+@pytest.mark.parametrize("ratio, probe_drafts", [(1.04, True), (0.96, False),
+                                                 (0.9, True), (1.1, False)])
+def test_a_machine_that_drifts_does_not_turn_the_comparison(ratio, probe_drafts):
+    """Probes lie 17 rounds and more apart, so each kind's own running mean covers different
+    minutes: a drafting loss of 4 % read as a win whenever the machine had just slowed down
+    (a bench cell at c=32 drafted on such a "win"). Priced against the other kind's rounds
+    just before, the comparison holds at every round, whichever kind the probes run."""
+    out = DraftOutcomes()
+    verdicts = set()
+    for drafted, seconds in drifting(1500, ratio, probe_drafts):
+        out.record(1, drafted, seconds, 1, 1.0)
+        if out.drafting_wins(1) is not None:
+            verdicts.add(out.drafting_wins(1))
+            assert out.cost_ratio(1) == pytest.approx(ratio, rel=0.02)
+    assert verdicts == {ratio < 1.0}
+
+
+def test_only_fresh_rounds_of_the_other_kind_price_a_round():
+    out = DraftOutcomes()
+    out.record(1, True, 1.0, 1, 1.0)  # one drafting round, then plain ones only
+    for _ in range(3 * DraftOutcomes.FRESH):
+        out.record(1, False, 1.0, 1, 1.0)
+    assert out.pairs(1) == DraftOutcomes.FRESH  # those within FRESH rounds of it
+    out.record(1, True, 1.0, 1, 1.0)  # a probe: priced against the plain rounds before it
+    assert out.pairs(1) == DraftOutcomes.FRESH + 1
+    assert out.cost_ratio(1) == pytest.approx(1.0)
+    assert DraftOutcomes().cost_ratio(1) is None
