@@ -15,8 +15,9 @@ the drafter is a plain round. The gate decides from two sources:
   really cost per committed token, each round priced against the other kind's rounds just
   before it (a machine's speed drifts between probes); once both kinds were seen, it
   overrules the prediction both ways: a measured loss a predicted gain, and a clear measured
-  win (``WIN_MARGIN``) a predicted loss. (A start-up table that overpriced a lone row's verify kept a lone request
-  plain at 1.05x plain decoding where fixed-length drafting made 1.36x.)
+  win (``WIN_MARGIN``) a predicted loss. (A start-up table that overpriced a lone row's
+  verify kept a lone request plain at 1.05x plain decoding where fixed-length drafting made
+  1.36x.)
 
 **Exploration has a stated bound.** A decision that holds would never measure the other
 choice again, so now and then the other choice runs once (a probe). Each situation
