@@ -94,6 +94,31 @@ def test_padded_forward_equals_unpadded(runner, chat_prompt_ids):
         runner.pad_to, runner.pad_to_one_row = (), ()
 
 
+def test_decode_rows_attend_apart_from_verify_rows(runner, chat_prompt_ids):
+    """A round where one row verifies drafts and the others decode one token: the one-token
+    rows run their own attention call unpadded (not padded to the verify row's length), and
+    every row's logits equal that row run alone."""
+    prompts = [chat_prompt_ids(t) for t in ("Name a colour.", "Count to three.", "Say hi.")]
+    new_tokens = [[17], [17, 923, 4021, 88], [17]]
+    cache = runner.new_cache(3, 128)
+    slots = [cache.allocate() for _ in prompts]
+    runner.forward(cache, [Row(s, p, "none") for s, p in zip(slots, prompts, strict=True)])
+    rows = [Row(s, t, "all") for s, t in zip(slots, new_tokens, strict=True)]
+    starts = [cache.lengths[s] for s in slots]
+    groups = runner._attention_groups(rows, starts, [len(t) for t in new_tokens])
+    assert sorted(tuple(g.valid.shape) for g in groups) == [(1, 4), (2, 1)]
+    out = runner.forward(cache, rows)
+    assert out.counts == [1, 4, 1]
+    for i, (p, t) in enumerate(zip(prompts, new_tokens, strict=True)):
+        alone = runner.new_cache(1, 128)
+        a = alone.allocate()
+        runner.forward(alone, [Row(a, p, "none")])
+        ref = runner.forward(alone, [Row(a, t, "all")]).logits
+        got = out.logits[out.starts[i]: out.starts[i] + out.counts[i]]
+        assert torch.allclose(got, ref, atol=1e-4)
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
 def test_cache_bounds(runner):
     cache = runner.new_cache(2, 32)
     s = cache.allocate()

@@ -7,9 +7,10 @@ The math is HF's: RMSNorm in float32, RoPE from the model's own rotary module (s
 config the model declares applies), grouped-query attention via SDPA, SiLU-gated MLP, tied or
 untied lm_head. ``tests/engine`` checks logits against the HF model.
 
-Linear layers run on the flat token list (no padding); only attention groups rows: short rows
-(decode/verify) are padded together, long rows (prefill chunks) run alone, so a prefill chunk
-joining the batch does not pad every decode row to its length.
+Linear layers run on the flat token list (no padding); only attention groups rows: one-token
+rows (decode) run together, short multi-token rows (verify) are padded together, long rows
+(prefill chunks) run alone, so neither a prefill chunk nor a few rows verifying drafts pad
+every decode row to their length.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from specd.worker.engine.scheduler import CostTable
 
 Want = Literal["all", "last", "none"]
-SHORT_ROW = 32  # rows with at most this many new tokens share one padded attention call
+SHORT_ROW = 32  # rows of 2..SHORT_ROW new tokens share one padded attention call
 
 
 @dataclass
@@ -263,16 +264,16 @@ class LlamaRunner:
         offsets = [0]
         for n in counts:
             offsets.append(offsets[-1] + n)
-        short = [i for i, n in enumerate(counts) if n <= SHORT_ROW]
-        long = [i for i, n in enumerate(counts) if n > SHORT_ROW]
-        groups = []
-        if short:
-            short.sort(key=lambda i: rows[i].slot)
-            groups.append(_Group.build([rows[i].slot for i in short], [starts[i] for i in short],
-                                       [counts[i] for i in short], [offsets[i] for i in short], dev))
-        for i in long:
-            groups.append(_Group.build([rows[i].slot], [starts[i]], [counts[i]], [offsets[i]], dev))
-        return groups
+        by_slot = sorted(range(len(rows)), key=lambda i: rows[i].slot)
+        # one-token rows (decode) attend apart from short multi-token rows (verify): padded
+        # together, every decode row would run as many queries as the longest verify row,
+        # and SDPA over one query a row is far cheaper (docs/bench/verify_shape_cost.py)
+        parts = [[i for i in by_slot if counts[i] == 1],
+                 [i for i in by_slot if 1 < counts[i] <= SHORT_ROW]]
+        parts += [[i] for i in by_slot if counts[i] > SHORT_ROW]
+        return [_Group.build([rows[i].slot for i in part], [starts[i] for i in part],
+                             [counts[i] for i in part], [offsets[i] for i in part], dev)
+                for part in parts if part]
 
 
 @torch.no_grad()
