@@ -167,3 +167,26 @@ def test_the_command_rejects_a_length_spread_outside_its_range_or_with_peers(cap
     assert "--length-spread must be in [0, 1), got 1.5" in capsys.readouterr().err
     assert main(["bench", "engine", "--groups", "hf-generate", "--length-spread", "0.5"]) != 0
     assert "engine groups only" in capsys.readouterr().err
+
+
+def test_a_plain_twin_reports_the_noise_floor_beside_each_ratio():
+    """``plain-twin`` runs plain's work on a second engine: its ratio to plain is what
+    identical work reads in that run, reported beside each scheduled group's ratio (whole
+    slices and full batch); it is not a rival, and without it no twin ratio appears."""
+    from specd.worker.bench.groups import parse_groups
+
+    def row(rate: float, full: float) -> dict:
+        return {"4": {"tokens_per_s": rate, "full_batch_tokens_per_s": full,
+                      "phase_share": {}}}
+
+    groups = {"plain": row(100.0, 120.0), "plain-twin": row(97.0, 126.0),
+              "semi-ar-scheduled": row(98.0, 117.0)}
+    r = comparisons(groups)["semi-ar-scheduled"]["4"]
+    assert r["best_rival"] == "plain" and r["vs_plain"] == pytest.approx(0.98)
+    assert r["twin_vs_plain"] == pytest.approx(0.97)
+    assert r["full_batch_twin_vs_plain"] == pytest.approx(1.05)
+    assert r["full_batch_vs_plain"] == pytest.approx(117 / 120)
+    del groups["plain-twin"]
+    assert not any("twin" in k for k in comparisons(groups)["semi-ar-scheduled"]["4"])
+    twin = parse_groups("plain,plain-twin")[1]
+    assert (twin.drafter, twin.mode, twin.base) == ("none", "plain", "plain-twin")

@@ -551,6 +551,9 @@ def coupled_vs_standard(groups: dict[str, dict[str, dict[str, Any]]]) -> dict[st
     return out
 
 
+TWIN = "plain-twin"  # groups.GROUPS: a second plain engine, the run's noise floor
+
+
 def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
                 scheduled: tuple[str, ...] = ("semi-ar-scheduled", "semi-ar-lookup-scheduled"),
                 rivals: tuple[str, ...] = ("plain", "parallel-fixed", "semi-ar-fixed",
@@ -559,7 +562,8 @@ def comparisons(groups: dict[str, dict[str, dict[str, Any]]],
     """Scheme B (with and without prompt lookup beside it, whichever ran; at every draft
     length that ran) against plain decoding and the best fixed length (of every fixed group
     and draft length that ran), per concurrency, all from the one run (the ratios
-    the seeds' claims are about)."""
+    the seeds' claims are about); with ``plain-twin`` in the run, also the twin's ratio to
+    plain (identical work: how far from 1.00 a ratio reads by noise alone)."""
     names = [g for g in groups if kind_of(g) in scheduled and "@" not in g] or list(scheduled[:1])
     rival_names = tuple(g for g in groups if kind_of(g) in rivals and "@" not in g)
     return {name: _compare(groups, name, rival_names) for name in names}
@@ -582,6 +586,9 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
                     f"{prefix}vs_best_rival": cell[key] / rates[best]}
             if "plain" in rates:
                 row[f"{prefix}vs_plain"] = cell[key] / rates["plain"]
+                twin = groups.get(TWIN, {}).get(conc, {}).get(key)
+                if twin:  # the same engine as plain: how far apart identical work reads
+                    row[f"{prefix}twin_vs_plain"] = twin / rates["plain"]
         hf = groups.get("hf-generate", {}).get(conc)
         if hf:
             row["vs_hf_generate"] = cell["tokens_per_s"] / hf["tokens_per_s"]
