@@ -186,6 +186,7 @@ def test_a_plain_twin_reports_the_noise_floor_beside_each_ratio():
     assert r["twin_vs_plain"] == pytest.approx(0.97)
     assert r["full_batch_twin_vs_plain"] == pytest.approx(1.05)
     assert r["full_batch_vs_plain"] == pytest.approx(117 / 120)
+    assert r["full_batch_best_rival"] == "plain"  # the twin read faster, but is no rival
     del groups["plain-twin"]
     assert not any("twin" in k for k in comparisons(groups)["semi-ar-scheduled"]["4"])
     twin = parse_groups("plain,plain-twin")[1]

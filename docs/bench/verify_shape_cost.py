@@ -62,8 +62,10 @@ def main() -> None:
 
     cases = [("plain", [1] * rows)]
     for extra in (e for e in (1, 3, 8, 16, 21, 32) if e <= rows):  # spread: one per row
-        cases += [(f"+{extra} spread 1/row", layout(rows, extra, 1)),
-                  (f"+{extra} as 3/row", layout(rows, extra, 3))]
+        spread, dense = layout(rows, extra, 1), layout(rows, extra, 3)
+        cases.append((f"+{extra} spread 1/row", spread))
+        if dense != spread:  # +1 is one row of 2 either way
+            cases.append((f"+{extra} as 3/row", dense))
     ways = {"split": split, "one call": one_padded_call}
     forward(cases[0][1], split)
     best = {(name, way): float("inf") for name, _ in cases for way in ways}

@@ -103,18 +103,21 @@ def test_decode_rows_attend_apart_from_verify_rows(runner, chat_prompt_ids):
     cache = runner.new_cache(3, 128)
     slots = [cache.allocate() for _ in prompts]
     runner.forward(cache, [Row(s, p, "none") for s, p in zip(slots, prompts, strict=True)])
-    rows = [Row(s, t, "all") for s, t in zip(slots, new_tokens, strict=True)]
-    starts = [cache.lengths[s] for s in slots]
-    groups = runner._attention_groups(rows, starts, [len(t) for t in new_tokens])
+    # rows not in slot order: a mix-up of row index and slot would show
+    order = [2, 1, 0]
+    rows = [Row(slots[i], new_tokens[i], "all") for i in order]
+    starts = [cache.lengths[r.slot] for r in rows]
+    groups = runner._attention_groups(rows, starts, [len(r.tokens) for r in rows])
     assert sorted(tuple(g.valid.shape) for g in groups) == [(1, 4), (2, 1)]
     out = runner.forward(cache, rows)
     assert out.counts == [1, 4, 1]
-    for i, (p, t) in enumerate(zip(prompts, new_tokens, strict=True)):
+    for j, i in enumerate(order):
+        p, t = prompts[i], new_tokens[i]
         alone = runner.new_cache(1, 128)
         a = alone.allocate()
         runner.forward(alone, [Row(a, p, "none")])
         ref = runner.forward(alone, [Row(a, t, "all")]).logits
-        got = out.logits[out.starts[i]: out.starts[i] + out.counts[i]]
+        got = out.logits[out.starts[j]: out.starts[j] + out.counts[j]]
         assert torch.allclose(got, ref, atol=1e-4)
         assert torch.equal(got.argmax(-1), ref.argmax(-1))
 
