@@ -40,7 +40,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specd.api import metrics as names
-from specd.worker.bench.groups import Group, kind_of, parse_sampling
+from specd.worker.bench.groups import TWIN, Group, kind_of, parse_sampling
 from specd.worker.bench.prompts import BenchPrompt
 
 
@@ -549,9 +549,6 @@ def coupled_vs_standard(groups: dict[str, dict[str, dict[str, Any]]]) -> dict[st
                                                         if s["tokens_per_s"] else None)}
         out.setdefault(base, {})[variant[:-7]] = rows
     return out
-
-
-TWIN = "plain-twin"  # groups.GROUPS: a second plain engine, the run's noise floor
 
 
 def comparisons(groups: dict[str, dict[str, dict[str, Any]]],

@@ -82,11 +82,13 @@ def with_sampling(groups: list[Group], variants: list[str]) -> list[Group]:
     return out
 
 
+# a second plain engine: plain against itself in the same run, the run's noise floor
+# (engine_bench.comparisons reports it beside each scheduled group's ratio)
+TWIN = "plain-twin"
+
 GROUPS: dict[str, Group] = {g.name: g for g in (
     Group("plain", "none", "plain"),
-    # a second plain engine: plain against itself in the same run, the run's noise floor
-    # (engine_bench.comparisons reports it beside each scheduled group's ratio)
-    Group("plain-twin", "none", "plain"),
+    Group(TWIN, "none", "plain"),
     Group("ngram", "ngram", "fixed"),
     Group("parallel-fixed", "parallel", "fixed"),
     Group("semi-ar-fixed", "semi-ar", "fixed"),
