@@ -188,9 +188,10 @@ def run_rounds(args: argparse.Namespace) -> int:
             f"{cls} {c['rounds']} rounds {c['seconds']:.1f} s {c['tokens']} tok"
             + (f" ({c['ms_per_token']:.2f} ms/tok)" if c["ms_per_token"] else "")
             for cls, c in d["by_class"].items()))
-        if d["drafted_why"]:
-            print(f"{name}: full-batch rounds drafted because "
-                  + ", ".join(f"{why}: {n}" for why, n in d["drafted_why"].items()))
+        for key, what in (("drafted_why", "drafted"), ("not_drafted_why", "not drafted")):
+            if d[key]:
+                print(f"{name}: full-batch rounds {what} because "
+                      + ", ".join(f"{why}: {n}" for why, n in d[key].items()))
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
                 "passes": args.passes, "open_gate": args.open_gate, "prompts": len(prompts),

@@ -71,3 +71,47 @@ def assert_same_or_near_tie(target, prompt: list[int], got: list[int], want: lis
     i = first_divergence(got, want)
     gap = top2_gap(target.model, prompt + want[:i])
     assert gap < tolerance, f"divergence at token {i} with a top-2 logit gap of {gap}: a real bug"
+
+
+@pytest.fixture(scope="session")
+def run_checking_packed_slots(make_engine, same_or_near_tie):
+    """``run(engine, prompts, lengths)``: generate (greedy, exact lengths) while checking that
+    before every round the running requests hold slots 0..n-1 of the target's cache and the
+    drafter's cache holds no more rows than requests; that both caches moved rows into the
+    gaps finished requests left; and that every output is plain decoding's."""
+    from specd.api.policy import Policy
+    from specd.worker.engine.api import GenerationRequest, SamplingParams
+
+    def run(engine, prompts, lengths) -> None:
+        core = engine.core
+        drafted = core.drafter.cache
+        moved: dict[str, list[dict[int, int]]] = {"target": [], "drafter": []}
+        for name, cache in (("target", core.cache), ("drafter", drafted)):
+            def compact(name=name, compact=cache.compact):
+                moves = compact()
+                moved[name].append(moves)
+                return moves
+            cache.compact = compact
+        plan = core._plan
+
+        def planned():
+            slots = sorted(s.slot for s in core.running)
+            assert slots == list(range(len(slots)))
+            assert drafted.free_slots + len(core.drafter.slot) == drafted.slots
+            return plan()
+
+        core._plan = planned
+        requests = [GenerationRequest(p, SamplingParams(max_tokens=n, ignore_eos=True))
+                    for p, n in zip(prompts, lengths, strict=True)]
+        got = engine.generate(requests)
+        want = make_engine("none", Policy(mode="plain")).generate(requests)
+        for request, out, plain in zip(requests, got, want, strict=True):
+            same_or_near_tie(request.prompt_token_ids, out.token_ids, plain.token_ids)
+            assert len(out.token_ids) == request.params.max_tokens
+            assert out.spec.drafted > 0
+        # requests finished below running ones: both caches moved rows down into the gaps
+        assert any(moved["target"]) and any(moved["drafter"])
+        held = sorted(core.drafter.slot.values())
+        assert held == list(range(len(held)))
+
+    return run

@@ -175,7 +175,9 @@ def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_
     # each drafted full-batch round is counted under the gate's reason for it
     drafted = sum(r.kind == "speculative" for r in opened)
     assert doc["semi-ar-scheduled+open-gate"]["drafted_why"] == {"held open": drafted}
-    assert doc["plain"]["drafted_why"] == {}
+    assert doc["semi-ar-scheduled+open-gate"]["not_drafted_why"] == {
+        "held open": len(opened) - drafted}
+    assert doc["plain"]["drafted_why"] == doc["plain"]["not_drafted_why"] == {}
 
 
 def test_full_batch_counts_tokens_until_the_batch_can_no_longer_be_refilled(monkeypatch):

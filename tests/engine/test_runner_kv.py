@@ -108,7 +108,11 @@ def test_decode_rows_attend_apart_from_verify_rows(runner, chat_prompt_ids):
     rows = [Row(slots[i], new_tokens[i], "all") for i in order]
     starts = [cache.lengths[r.slot] for r in rows]
     groups = runner._attention_groups(rows, starts, [len(r.tokens) for r in rows])
-    assert sorted(tuple(g.valid.shape) for g in groups) == [(1, 4), (2, 1)]
+    # the decode rows (slots 0 and 2) read the cache in place over slots 0..2, the verify
+    # row's slot a masked gap
+    assert sorted(tuple(g.valid.shape) for g in groups) == [(1, 4), (3, 1)]
+    decode = next(g for g in groups if g.valid.shape == (3, 1))
+    assert decode.slots == slice(0, 3) and decode.valid[:, 0].tolist() == [True, False, True]
     out = runner.forward(cache, rows)
     assert out.counts == [1, 4, 1]
     for j, i in enumerate(order):
@@ -120,6 +124,31 @@ def test_decode_rows_attend_apart_from_verify_rows(runner, chat_prompt_ids):
         got = out.logits[out.starts[j]: out.starts[j] + out.counts[j]]
         assert torch.allclose(got, ref, atol=1e-4)
         assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
+@pytest.mark.parametrize("used, in_place", [([0, 2, 5], True), ([0, 5], False)])
+def test_scattered_decode_rows_equal_each_row_alone(runner, chat_prompt_ids, used, in_place):
+    """One-token rows on scattered slots: read in place over their range when the gaps are
+    no more than the rows (dummy queries in the gaps), else copied out; either way each row's
+    logits equal that row run alone."""
+    texts = ("Name a colour.", "Count to three.", "Say hi.")
+    prompts = [chat_prompt_ids(t) for t in texts][:len(used)]
+    cache = runner.new_cache(6, 128)
+    slots = [cache.allocate() for _ in range(6)]
+    for s in slots:
+        if s not in used:
+            cache.release(s)
+    runner.forward(cache, [Row(s, p, "none") for s, p in zip(used, prompts, strict=True)])
+    rows = [Row(s, [17], "all") for s in used]
+    [group] = runner._attention_groups(rows, [cache.lengths[s] for s in used], [1] * len(used))
+    assert isinstance(group.slots, slice) == in_place
+    out = runner.forward(cache, rows)
+    for j, p in enumerate(prompts):
+        alone = runner.new_cache(1, 128)
+        a = alone.allocate()
+        runner.forward(alone, [Row(a, p, "none")])
+        ref = runner.forward(alone, [Row(a, [17], "all")]).logits
+        assert torch.allclose(out.logits[j: j + 1], ref, atol=1e-4)
 
 
 def test_cache_bounds(runner):

@@ -8,7 +8,7 @@ forward, accept, commit; they sum to the round), rounds that drafted vs not, dra
 verified per request per round, and the whole run's tokens/s against plain. A scheduled round
 that verifies (almost) nothing should cost what a plain round of the same batch costs; the
 parts say which phase pays when it does not. Two more views: why the draft gate let each
-drafted full-batch round draft (a probe, a prediction, a measurement), and the whole run's
+full-batch round draft or not (a probe, a prediction, a measurement), and the whole run's
 time and tokens by round class (full batch, with a prefill chunk, partial rows: the drain),
 which places a whole-run loss that the full-batch rounds do not show.
 """
@@ -128,9 +128,11 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
 
         full = [r for r in rec.rounds if is_full(r)]
         drafted = [r for r in full if r.kind == "speculative"]
-        # why the gate let full-batch rounds draft (a probe, a prediction, a measurement)
-        reasons = Counter(why for r, why in zip(rec.rounds, rec.gate, strict=False)
-                          if why and is_full(r) and r.kind == "speculative")
+        # why the gate let full-batch rounds draft or not (a probe, a prediction, a measurement)
+        def reasons(kind: str, rec: GroupRounds = rec) -> Counter[str]:
+            return Counter(why for r, why in zip(rec.rounds, rec.gate, strict=False)
+                           if why and is_full(r) and r.kind == kind)
+
         rate = rec.tokens / rec.seconds if rec.seconds else 0.0
 
         def mean_ms(rounds: list[Any]) -> dict[str, float]:
@@ -151,7 +153,8 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
                                            / (len(full) * concurrency), 4) if full else None),
             "tokens_per_round": (round(sum(r.emitted for r in full) / len(full), 3)
                                  if full else None),
-            "drafted_why": dict(reasons.most_common()),
+            "drafted_why": dict(reasons("speculative").most_common()),
+            "not_drafted_why": dict(reasons("plain").most_common()),
             "ms_per_full_round": mean_ms(full),
             "ms_drafted": mean_ms(drafted),
             "ms_not_drafted": mean_ms([r for r in full if r.kind == "plain"]),

@@ -53,6 +53,7 @@ class DraftModelDrafter(Drafter):
         n = len(rows)
         if n == 0:
             return Proposal([], [], [])
+        self.cache.compact_keyed(self.slot)  # finished requests left holes
         fwd_rows = []
         for row in rows:
             if row.key not in self.slot:

@@ -91,6 +91,7 @@ class ContextHeadDrafter(HeadDrafter):
     def _inputs(self, rows: list[DraftRow], hidden: torch.Tensor) -> torch.Tensor:
         """Feed each row's newly committed positions through the context layer; its output
         at the last position corrects h_p."""
+        self.cache.compact_keyed(self.slot)  # finished requests left holes
         fwd, feats, nexts = [], [], []
         for row in rows:
             if row.key not in self.slot:

@@ -5,11 +5,21 @@ slot; its length is the number of committed tokens whose keys/values are in the 
 Rolling back rejected draft positions is just lowering the length (the stale entries beyond it
 are overwritten by the next forward and masked until then), so no recomputation is needed.
 Memory is bounded by construction: ``slots * max_context`` tokens, allocated once.
+
+Requests finish in any order, leaving holes among the used slots; a forward over scattered
+slots copies every row's keys and values out of the slab in every layer, where a contiguous
+range is read in place. ``compact`` moves the highest rows down into the holes (one copy of a
+row's cached tokens, once, against a copy of every row in every round), so a batch's slots
+stay 0..n-1 (``docs/bench/slot_layout_cost.py``).
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
+
+K = TypeVar("K")
 
 
 class KVCacheFull(RuntimeError):
@@ -50,6 +60,29 @@ class KVCache:
         if not 0 <= length <= self.lengths[slot]:
             raise ValueError(f"cannot truncate slot {slot} from {self.lengths[slot]} to {length}")
         self.lengths[slot] = length
+
+    def compact(self) -> dict[int, int]:
+        """Move the highest used slots into the lowest free ones until the used slots are
+        0..n-1; return ``{old slot: new slot}`` for the owners of the moved rows. (A moved row
+        lands below every slot still free, so no row moves twice.)"""
+        moves: dict[int, int] = {}
+        while self._used and self._free and max(self._used) > self._free[-1]:
+            src, dst = max(self._used), self._free.pop()
+            n = self.lengths[src]
+            self.k[:, dst, :, :n] = self.k[:, src, :, :n]
+            self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+            self.lengths[dst] = n
+            self._used.add(dst)
+            self.release(src)
+            moves[src] = dst
+        return moves
+
+    def compact_keyed(self, slots: dict[K, int]) -> None:
+        """``compact``, for an owner that keeps its rows' slots in ``slots`` (updated)."""
+        moves = self.compact()
+        if moves:
+            for key, slot in slots.items():
+                slots[key] = moves.get(slot, slot)
 
     @property
     def free_slots(self) -> int:

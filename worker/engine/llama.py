@@ -301,7 +301,14 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class _Group:
-    """Rows whose attention runs as one padded SDPA call."""
+    """Rows whose attention runs as one padded SDPA call.
+
+    Rows on a contiguous range of slots read the cache as a view; rows on scattered slots
+    copy their keys and values out of it every layer, which on a CPU costs a busy batch
+    more than its attention (``docs/bench/slot_layout_cost.py``). One-token rows with a few
+    gaps between their slots (the rows beside those verifying drafts) therefore attend over
+    the whole range, a masked dummy query in each gap, as long as the gaps are no more than
+    the rows (the dummies' attention then costs no more than the copy it replaces)."""
 
     slots: torch.Tensor | slice
     gather: torch.Tensor  # [B, n_max] flat index of each padded query (pads repeat a real one)
@@ -313,21 +320,36 @@ class _Group:
     @staticmethod
     def build(slots: list[int], starts: list[int], counts: list[int], offsets: list[int],
               dev: torch.device) -> _Group:
+        """``slots`` ascending, one per row."""
         b = len(slots)
+        lo, span = slots[0], slots[-1] - slots[0] + 1
+        if span == b:
+            return _Group._make(slice(lo, lo + b), starts, counts, offsets, [True] * b, dev)
+        if max(counts) == 1 and span - b <= b:
+            row_at = {slot: i for i, slot in enumerate(slots)}
+            at = [row_at.get(slot) for slot in range(lo, lo + span)]
+            # a gap's dummy query sits at position 0 (it sees key 0: no empty softmax row)
+            return _Group._make(slice(lo, lo + span),
+                                [0 if i is None else starts[i] for i in at], [1] * span,
+                                [offsets[0] if i is None else offsets[i] for i in at],
+                                [i is not None for i in at], dev)
+        return _Group._make(torch.tensor(slots, device=dev), starts, counts, offsets,
+                            [True] * b, dev)
+
+    @staticmethod
+    def _make(slot_sel: torch.Tensor | slice, starts: list[int], counts: list[int],
+              offsets: list[int], real: list[bool], dev: torch.device) -> _Group:
         n_max = max(counts)
-        ctx = max(s + n for s, n in zip(starts, counts, strict=True))
+        ctx = max(s + n for s, n, r in zip(starts, counts, real, strict=True) if r)
         j = torch.arange(n_max, device=dev)
         cnt = torch.tensor(counts, device=dev)
         off = torch.tensor(offsets, device=dev)
         st = torch.tensor(starts, device=dev)
-        valid = j[None, :] < cnt[:, None]
+        valid = (j[None, :] < cnt[:, None]) & torch.tensor(real, device=dev)[:, None]
         gather = off[:, None] + torch.minimum(j[None, :], cnt[:, None] - 1)
         qpos = st[:, None] + j[None, :]  # absolute position of each query
         keys = torch.arange(ctx, device=dev)
         mask = (keys[None, None, :] <= qpos[:, :, None])[:, None]
-        contiguous = slots == list(range(slots[0], slots[0] + b))
-        slot_sel: torch.Tensor | slice = (slice(slots[0], slots[0] + b) if contiguous
-                                          else torch.tensor(slots, device=dev))
         return _Group(slot_sel, gather, valid, gather[valid], mask, ctx)
 
     def attend(self, q: torch.Tensor, ck: torch.Tensor, cv: torch.Tensor) -> torch.Tensor:
