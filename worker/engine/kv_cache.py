@@ -71,9 +71,9 @@ class KVCache:
             n = self.lengths[src]
             self.k[:, dst, :, :n] = self.k[:, src, :, :n]
             self.v[:, dst, :, :n] = self.v[:, src, :, :n]
-            self.lengths[dst] = n
+            self.release(src)  # first: used_tokens, read from other threads, never counts it twice
             self._used.add(dst)
-            self.release(src)
+            self.lengths[dst] = n
             moves[src] = dst
         return moves
 
