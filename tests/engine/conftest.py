@@ -74,8 +74,10 @@ def assert_same_or_near_tie(target, prompt: list[int], got: list[int], want: lis
 
 
 @pytest.fixture(scope="session")
-def run_checking_packed_slots(make_engine, same_or_near_tie):
-    """``run(engine, prompts, lengths)``: generate (greedy, exact lengths) while checking that
+def run_checking_packed_slots(make_engine, same_or_near_tie, chat_prompt_ids):
+    """``run(engine)``: five requests of 4-30 tokens through a 3-slot engine, so requests end
+    out of slot order and newcomers take their place; generate (greedy, exact lengths) while
+    checking that
     before every round the running requests hold slots 0..n-1 of the target's cache, and
     every time the drafter drafts its own cache holds its rows on 0..m-1, no more rows than
     running requests; that both caches moved rows into the gaps finished requests left; and
@@ -83,7 +85,12 @@ def run_checking_packed_slots(make_engine, same_or_near_tie):
     from specd.api.policy import Policy
     from specd.worker.engine.api import GenerationRequest, SamplingParams
 
-    def run(engine, prompts, lengths) -> None:
+    texts = ["Name three colours.", "Count from one to twenty.", "Say hello in French.",
+             "Write a haiku about rain.", "What is 12 times 12?"]
+    lengths = (4, 30, 9, 20, 12)
+
+    def run(engine) -> None:
+        prompts = [chat_prompt_ids(t) for t in texts]
         core = engine.core
         drafted = core.drafter.cache
         moved: dict[str, list[dict[int, int]]] = {"target": [], "drafter": []}

@@ -129,10 +129,8 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
         full = [r for r in rec.rounds if is_full(r)]
         drafted = [r for r in full if r.kind == "speculative"]
         # why the gate let full-batch rounds draft or not (a probe, a prediction, a measurement)
-        def reasons(kind: str, rec: GroupRounds = rec) -> Counter[str]:
-            return Counter(why for r, why in zip(rec.rounds, rec.gate, strict=False)
-                           if why and is_full(r) and r.kind == kind)
-
+        reasons = Counter((r.kind, why) for r, why in zip(rec.rounds, rec.gate, strict=False)
+                          if why and is_full(r))
         rate = rec.tokens / rec.seconds if rec.seconds else 0.0
 
         def mean_ms(rounds: list[Any]) -> dict[str, float]:
@@ -153,8 +151,10 @@ def summarise(results: dict[str, GroupRounds], concurrency: int) -> dict[str, An
                                            / (len(full) * concurrency), 4) if full else None),
             "tokens_per_round": (round(sum(r.emitted for r in full) / len(full), 3)
                                  if full else None),
-            "drafted_why": dict(reasons("speculative").most_common()),
-            "not_drafted_why": dict(reasons("plain").most_common()),
+            "drafted_why": {why: n for (kind, why), n in reasons.most_common()
+                            if kind == "speculative"},
+            "not_drafted_why": {why: n for (kind, why), n in reasons.most_common()
+                                if kind == "plain"},
             "ms_per_full_round": mean_ms(full),
             "ms_drafted": mean_ms(drafted),
             "ms_not_drafted": mean_ms([r for r in full if r.kind == "plain"]),

@@ -651,8 +651,9 @@ class EngineCore:
     def _admit(self) -> None:
         # finished requests left holes: close them before newcomers take the lowest slots
         moves = self.cache.compact()
-        for s in self.running if moves else ():
-            s.slot = moves.get(s.slot, s.slot)  # type: ignore[arg-type]
+        if moves:
+            for s in self.running:
+                s.slot = moves.get(s.slot, s.slot)  # type: ignore[arg-type]
         while self.waiting and self.cache.free_slots:
             s = self.waiting.popleft()
             s.slot = self.cache.allocate()

@@ -129,11 +129,12 @@ class DraftGate:
             return Choice(True, why="nothing learnt yet: draft and learn")
         b = bucket(len(policies))
         want, why = predicted, "predicted gain" if predicted else "predicted no gain"
-        if self.outcomes.drafting_wins(b) is False:
+        wins = self.outcomes.drafting_wins(b)  # None: not measured enough to compare
+        if wins is False:
             want, why = False, "measured: drafting rounds cost more per token"
-        elif self.outcomes.drafting_wins(b, margin=self.WIN_MARGIN):
+        elif wins and self.outcomes.drafting_wins(b, margin=self.WIN_MARGIN):
             want, why = True, "measured: drafting rounds cost less per token"
-        elif self.outcomes.drafting_wins(b) is True:  # by less than the margin
+        elif wins:  # by less than the margin
             want, why = False, "measured: drafting rounds save too little per token"
         if not measured:
             return Choice(want, why=why)
