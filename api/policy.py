@@ -42,7 +42,9 @@ class Policy(BaseModel):
     fixed_length: int = Field(3, ge=1, le=16, description="verify length in fixed mode")
     min_verify: int = Field(0, ge=0, le=16, description="per-request floor in scheduled mode")
     max_verify: int = Field(8, ge=1, le=16, description="per-request cap in scheduled mode")
-    survival_floor: float = Field(0.05, ge=0.0, le=1.0,
+    # 0 by default: the step-cost table already prices every draft, and a floor cut drafts
+    # that cost nothing to verify where the forward's cost is flat (docs/bench/RESULTS.md)
+    survival_floor: float = Field(0.0, ge=0.0, le=1.0,
                                   description="never verify positions with S(r,i) below this")
     max_batch_tokens: int = Field(512, ge=1, description="token budget of one verify forward")
     calibration: Calibration = Field(default_factory=Calibration)

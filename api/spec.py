@@ -70,7 +70,7 @@ class VerificationSpec(_Spec):
     fixed_length: int | None = None
     min_verify: int = 0
     max_verify: int | None = None
-    survival_floor: float = 0.05
+    survival_floor: float = 0.0
     max_batch_tokens: int = 512
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
     groups: dict[str, GroupVerificationSpec] = Field(default_factory=dict)
