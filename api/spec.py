@@ -65,13 +65,19 @@ class CalibrationSpec(_Spec):
     bias: list[float] = Field(default_factory=list)
 
 
+def _policy_default(name: str) -> object:
+    """The engine's own default for a policy field: the spec's default is the same value,
+    written once."""
+    return Policy.model_fields[name].default
+
+
 class VerificationSpec(_Spec):
     mode: PolicyMode | None = None
     fixed_length: int | None = None
-    min_verify: int = 0
+    min_verify: int = _policy_default("min_verify")
     max_verify: int | None = None
-    survival_floor: float = 0.0
-    max_batch_tokens: int = 512
+    survival_floor: float = _policy_default("survival_floor")
+    max_batch_tokens: int = _policy_default("max_batch_tokens")
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
     groups: dict[str, GroupVerificationSpec] = Field(default_factory=dict)
 
@@ -185,16 +191,10 @@ class IntRange(_Spec):
     max: int
 
 
-class FloatRange(_Spec):
-    min: float
-    max: float
-
-
 class TuningBounds(_Spec):
     modes: list[PolicyMode] = Field(default_factory=list)
     fixed_length: IntRange | None = None
     max_verify: IntRange | None = None
-    survival_floor: FloatRange | None = None
 
 
 class TuningSpec(_Spec):

@@ -133,6 +133,21 @@ def test_a_group_can_carry_its_own_draft_length():
             parse_groups(bad)
 
 
+def test_a_scheduled_group_can_carry_its_own_survival_floor():
+    from specd import SpecdError
+    from specd.api.policy import Policy
+    from specd.worker.bench.groups import parse_groups
+
+    groups = parse_groups("semi-ar-scheduled,semi-ar-scheduled:k3:f0.05")
+    default = Policy.model_fields["survival_floor"].default
+    assert groups[1].policy(3).survival_floor == default
+    assert (groups[2].policy(4).survival_floor, groups[2].policy(4).k_max) == (0.05, 3)
+    assert groups[1].base != groups[2].base  # its own engine
+    for bad in ("semi-ar-fixed:f0.05", "semi-ar-scheduled:f1.5", "semi-ar-scheduled:fx"):
+        with pytest.raises(SpecdError, match="survival floor :fX"):
+            parse_groups(bad)
+
+
 def test_peers_are_compared_up_to_the_first_end_of_turn():
     """ignore_eos: the engine emits end-of-turn (2) and goes on; transformers' min_new_tokens
     masks it. Peers match up to it; engine groups are compared whole."""

@@ -51,8 +51,7 @@ BASE = {
             "promote": {"id": "2026-01-01T00:00:00Z"},
         },
         "tuning": {"enabled": True, "interval": "5m",
-                   "bounds": {"maxVerify": {"min": 2, "max": 5},
-                              "survivalFloor": {"min": 0.0, "max": 0.5}}},
+                   "bounds": {"maxVerify": {"min": 2, "max": 5}}},
     },
 }
 

@@ -18,11 +18,13 @@ class Group:
     lookup: bool = False  # prompt lookup beside the drafter (EngineConfig.prompt_lookup)
     sampling: str = "greedy"  # a SAMPLING variant (``with_sampling``)
     k: int | None = None  # its own draft length (``name:kN``); None: the run's --k
+    survival_floor: float | None = None  # its own (``name:fX``); None: the policy's default
 
     def policy(self, k: int) -> Policy:
         assert self.mode is not None
         k = self.draft_length(k)
-        return Policy(mode=self.mode, k_max=k, fixed_length=k, max_verify=k)
+        floor = {} if self.survival_floor is None else {"survival_floor": self.survival_floor}
+        return Policy(mode=self.mode, k_max=k, fixed_length=k, max_verify=k, **floor)
 
     def draft_length(self, k: int) -> int:
         return self.k if self.k is not None else k
@@ -108,30 +110,47 @@ DEFAULT_GROUPS = ("plain", "ngram", "parallel-fixed", "semi-ar-fixed", "semi-ar-
 
 
 def parse_groups(text: str) -> list[Group]:
-    """Named groups, each optionally with its own draft length: "semi-ar-fixed:k2" runs
-    semi-ar-fixed at K=2 beside groups at the run's --k (so K is compared in one run)."""
+    """Named groups, each optionally with its own settings after colons: a draft length
+    ("semi-ar-fixed:k2" runs semi-ar-fixed at K=2 beside groups at the run's --k, so K is
+    compared in one run) and, for scheduled groups, a survival floor ("semi-ar-scheduled:f0.05"
+    beside "semi-ar-scheduled": the floor compared in one run)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if kind_of(n) not in GROUPS]
     if unknown or not names:
         raise SpecdError(f"unknown group(s) {', '.join(unknown) or '(none)'}: "
-                         f"choose from {', '.join(GROUPS)} (optionally with :kN)")
+                         f"choose from {', '.join(GROUPS)} (optionally with :kN, :fX)")
     if len(set(names)) != len(names):
         raise SpecdError(f"--groups names a group twice: {text!r}")
     if "plain" not in names:  # match_plain needs the reference outputs
         names.insert(0, "plain")
-    return [_with_length(GROUPS[kind_of(n)], n) for n in names]
+    return [_with_options(GROUPS[kind_of(n)], n) for n in names]
 
 
-def _with_length(group: Group, name: str) -> Group:
-    suffix = name.partition(":")[2]
-    if not suffix:
+def _with_options(group: Group, name: str) -> Group:
+    """``group`` named ``name``, with the settings its ``:kN`` / ``:fX`` suffixes give."""
+    options = name.split(":")[1:]
+    if not options:
         return group
     if group.mode in (None, "plain"):
-        raise SpecdError(f"--groups: {name!r}: only drafting groups take a draft length")
-    if not (suffix.startswith("k") and suffix[1:].isdigit() and int(suffix[1:]) >= 1):
-        raise SpecdError(f"--groups: {name!r}: a draft length is written :kN, N >= 1 "
-                         "(e.g. semi-ar-fixed:k2)")
-    return dataclasses.replace(group, name=name, k=int(suffix[1:]))
+        raise SpecdError(f"--groups: {name!r}: only drafting groups take :kN or :fX")
+    out = dataclasses.replace(group, name=name)
+    for option in options:
+        if option.startswith("k") and option[1:].isdigit() and int(option[1:]) >= 1:
+            out = dataclasses.replace(out, k=int(option[1:]))
+        elif option.startswith("f") and group.mode == "scheduled" and _unit(option[1:]):
+            out = dataclasses.replace(out, survival_floor=float(option[1:]))
+        else:
+            raise SpecdError(f"--groups: {name!r}: {option!r} is neither a draft length :kN "
+                             "(N >= 1, e.g. semi-ar-fixed:k2) nor, for a scheduled group, a "
+                             "survival floor :fX (0 <= X <= 1, e.g. semi-ar-scheduled:f0.05)")
+    return out
+
+
+def _unit(text: str) -> bool:
+    try:
+        return 0.0 <= float(text) <= 1.0
+    except ValueError:
+        return False
 
 
 def parse_concurrency(text: str) -> list[int]:

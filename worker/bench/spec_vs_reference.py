@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--group", action="append", type=parse_group, required=True)
     ap.add_argument("--bias", type=float, default=0.0,
                     help="calibration bias on every position (logit units; scheduled mode)")
-    ap.add_argument("--survival-floor", type=float, default=0.0)
+    ap.add_argument("--survival-floor", type=float,
+                    default=Policy.model_fields["survival_floor"].default)
     args = ap.parse_args(argv)
     loaded = load_model("smollm2-135m", "cpu", "float32")
     groups = []
