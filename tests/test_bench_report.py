@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from specd.worker.bench.engine_bench import Cell, comparisons, format_table, mark_matches, report
@@ -206,3 +208,27 @@ def test_a_plain_twin_reports_the_noise_floor_beside_each_ratio():
     assert not any("twin" in k for k in comparisons(groups)["semi-ar-scheduled"]["4"])
     twin = parse_groups("plain,plain-twin")[1]
     assert (twin.drafter, twin.mode, twin.base) == ("none", "plain", "plain-twin")
+
+
+def test_paired_ratios_cancel_a_drift_between_passes():
+    """Each pass's ratio is taken within the pass, then the median over passes: a machine that
+    slows from pass to pass moves both groups of a pass alike. Here plain slows from pass to
+    pass and the scheduled group reads 0.99x plain in two passes of three: the ratio of the
+    medians takes its one slow pass (the middle value of its passes) against plain's middle
+    pass, the paired median does not."""
+    def row(passes: list[float]) -> dict:
+        return {"32": {"full_batch_tokens_per_s": statistics.median(passes),
+                       "passes_full_batch_tokens_per_s": passes, "phase_share": {}}}
+
+    groups = {"plain": row([120.0, 100.0, 80.0]), "semi-ar-fixed": row([60.0, 50.0, 40.0]),
+              "semi-ar-scheduled": row([118.8, 85.0, 79.2])}
+    r = comparisons(groups)["semi-ar-scheduled"]["32"]
+    assert r["full_batch_vs_plain"] == pytest.approx(0.85)
+    assert r["full_batch_vs_plain_paired"] == pytest.approx(0.99)  # median(0.99, 0.85, 0.99)
+    assert r["full_batch_vs_best_rival_paired"] == r["full_batch_vs_plain_paired"]
+    groups["semi-ar-scheduled"] = row([96.0, 85.0, 79.2])  # slower in two passes: it shows
+    assert comparisons(groups)["semi-ar-scheduled"]["32"]["full_batch_vs_plain_paired"] == (
+        pytest.approx(0.85))
+    # one pass each: no pairing to report
+    groups = {g: row(c["32"]["passes_full_batch_tokens_per_s"][:1]) for g, c in groups.items()}
+    assert "full_batch_vs_plain_paired" not in comparisons(groups)["semi-ar-scheduled"]["32"]

@@ -107,9 +107,9 @@ class Cell:
         return {
             # the median pass (one pass: its rate)
             "tokens_per_s": statistics.median(rates) if rates else 0.0,
-            "passes_tokens_per_s": [round(r, 1) for r in rates],
+            "passes_tokens_per_s": [round(r, 3) for r in rates],
             "full_batch_tokens_per_s": statistics.median(full) if full else None,
-            "passes_full_batch_tokens_per_s": [round(r, 1) for r in full],
+            "passes_full_batch_tokens_per_s": [round(r, 3) for r in full],
             "per_request_tokens_per_s": (sum(self.per_request_tokens_per_s)
                                          / len(self.per_request_tokens_per_s)),
             "tau": ((self.accepted + self.rounds) / self.rounds) if self.rounds else None,
@@ -581,8 +581,15 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
             best = max(rates, key=rates.__getitem__)
             row |= {f"{prefix}best_rival": best,
                     f"{prefix}vs_best_rival": cell[key] / rates[best]}
+            passes = f"passes_{key}"
+            paired = _paired(cell.get(passes), groups[best][conc].get(passes))
+            if paired is not None:
+                row[f"{prefix}vs_best_rival_paired"] = paired
             if "plain" in rates:
                 row[f"{prefix}vs_plain"] = cell[key] / rates["plain"]
+                paired = _paired(cell.get(passes), groups["plain"][conc].get(passes))
+                if paired is not None:
+                    row[f"{prefix}vs_plain_paired"] = paired
                 twin = groups.get(TWIN, {}).get(conc, {}).get(key)
                 if twin:  # the same engine as plain: how far apart identical work reads
                     row[f"{prefix}twin_vs_plain"] = twin / rates["plain"]
@@ -592,6 +599,19 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
         row["schedule_share"] = cell["phase_share"].get("schedule")
         out[conc] = row
     return out
+
+
+def _paired(ours: Sequence[float] | None, theirs: Sequence[float] | None) -> float | None:
+    """The median over passes of the two groups' ratio within each pass (None with fewer
+    than two passes each, or unequal counts). Both groups run a pass's slices minutes apart,
+    so a drift of the machine's speed from pass to pass (plain has fallen 5 % from its first
+    pass to its last) cancels in each pass's ratio; the ratio of the two medians can take
+    them from different passes."""
+    if not ours or not theirs or len(ours) != len(theirs) or len(ours) < 2:
+        return None
+    if not all(theirs):
+        return None
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
 
 
 def format_table(doc: dict[str, Any]) -> str:
