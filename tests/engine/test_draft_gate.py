@@ -164,3 +164,22 @@ def test_the_breakdowns_open_gate_drafts_where_the_gate_would_not():
     assert opened.costs is closed.costs and opened.outcomes is closed.outcomes
     assert all(opened.choose(POLICY, [POLICY], 1, rows=1, measured=True).draft
                for _ in range(40))  # no probe the other way either
+
+
+def test_once_measured_the_prediction_is_not_computed() -> None:
+    """The measurement decides once both kinds have their rounds, so the gate does not price
+    the prediction (a schedule over the batch) in those rounds; before that it does."""
+    gate = learnt(FREE)
+    asked: list[int] = []
+    predict = gate.predict
+
+    def counting(*args, **kwargs):
+        asked.append(1)
+        return predict(*args, **kwargs)
+
+    gate.predict = counting  # type: ignore[method-assign]
+    assert gate.choose(POLICY, [POLICY], 1, 1, measured=False).why == "predicted gain"
+    assert len(asked) == 1
+    measured_both(gate, 1, drafting_wins=True)
+    choice = gate.choose(POLICY, [POLICY], 1, 1, measured=False)
+    assert choice.draft and choice.why.startswith("measured") and len(asked) == 1

@@ -124,17 +124,19 @@ class DraftGate:
         ``rows``: every row of the forward (decoding requests and prefill chunks)."""
         if not policies:
             return Choice(False, why="no scheduled request")
-        predicted = self.predict(batch_policy, policies, base_tokens, rows)
-        if predicted is None:
-            return Choice(True, why="nothing learnt yet: draft and learn")
         b = bucket(len(policies))
-        want, why = predicted, "predicted gain" if predicted else "predicted no gain"
         wins = self.outcomes.drafting_wins(b)  # None: not measured enough to compare
-        if wins is False:
+        if wins is None:  # only then the prediction decides: once measured it is not
+            # computed (a schedule over the batch, priced anew after every ``learn``)
+            predicted = self.predict(batch_policy, policies, base_tokens, rows)
+            if predicted is None:
+                return Choice(True, why="nothing learnt yet: draft and learn")
+            want, why = predicted, "predicted gain" if predicted else "predicted no gain"
+        elif wins is False:
             want, why = False, "measured: drafting rounds cost more per token"
-        elif wins and self.outcomes.drafting_wins(b, margin=self.WIN_MARGIN):
+        elif self.outcomes.drafting_wins(b, margin=self.WIN_MARGIN):
             want, why = True, "measured: drafting rounds cost less per token"
-        elif wins:  # by less than the margin
+        else:  # a win by less than the margin
             want, why = False, "measured: drafting rounds save too little per token"
         if not measured:
             return Choice(want, why=why)

@@ -55,6 +55,11 @@ class CostTable:
     pad_to: tuple[int, ...] = ()
     by_rows: tuple[tuple[int, CostTable], ...] = ()  # (rows, table), rows ascending
 
+    # a forward is padded only to a size measured this much cheaper: the real steps are 12-50 %
+    # (tiny-M GEMM), the best of 3 timings differs by about 1 % between sizes that cost the
+    # same, and padding on such a difference ran every lone-row forward as 17 tokens
+    PAD_MARGIN = 0.03
+
     def one_row_pad_to(self) -> tuple[int, ...]:
         """``pad_to`` for a forward of one row: the one-row table's, when measured (the main
         table's small sizes are as many one-token rows: on the EPYC the lone row's 3 tokens
@@ -70,9 +75,10 @@ class CostTable:
     def from_measurements(tokens: Sequence[int], seconds: Sequence[float]) -> CostTable:
         """Sort by token count and make monotone: each point is lowered to the minimum of
         itself and every later point (suffix minimum). Where the grid is dense (1, 2, 3, ...)
-        that minimum is reached by padding the forward to the cheaper size (``pad_to``);
-        beyond it, a point above a later one is taken as timing noise (interference only
-        ever adds time)."""
+        that minimum is reached by padding the forward to the cheaper size (``pad_to``) when
+        it is cheaper by more than ``PAD_MARGIN``; within the margin, and beyond the dense
+        part, a point above a later one is taken as timing noise (interference only ever
+        adds time)."""
         if not tokens or len(tokens) != len(seconds):
             raise ValueError("need equally many (>= 1) token counts and timings")
         pairs = sorted(zip(tokens, seconds, strict=True))
@@ -86,7 +92,8 @@ class CostTable:
         dense = 0
         while dense < len(ts) and ts[dense] == dense + 1:
             dense += 1
-        pad_to = tuple(ts[i + int(np.argmin(raw[i:dense]))] for i in range(dense))
+        pad_to = tuple(ts[j] if raw[j] < (1 - CostTable.PAD_MARGIN) * raw[i] else ts[i]
+                       for i, j in ((i, i + int(np.argmin(raw[i:dense]))) for i in range(dense)))
         return CostTable(tuple(ts), tuple(float(s) for s in secs), pad_to)
 
     @staticmethod
