@@ -9,7 +9,7 @@ that every field here exists in the CRD schema and vice versa.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -65,7 +65,7 @@ class CalibrationSpec(_Spec):
     bias: list[float] = Field(default_factory=list)
 
 
-def _policy_default(name: str) -> object:
+def _policy_default(name: str) -> Any:
     """The engine's own default for a policy field: the spec's default is the same value,
     written once."""
     return Policy.model_fields[name].default

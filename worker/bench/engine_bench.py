@@ -604,12 +604,9 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
 def _paired(ours: Sequence[float] | None, theirs: Sequence[float] | None) -> float | None:
     """The median over passes of the two groups' ratio within each pass (None with fewer
     than two passes each, or unequal counts). Both groups run a pass's slices minutes apart,
-    so a drift of the machine's speed from pass to pass (plain has fallen 5 % from its first
-    pass to its last) cancels in each pass's ratio; the ratio of the two medians can take
-    them from different passes."""
-    if not ours or not theirs or len(ours) != len(theirs) or len(ours) < 2:
-        return None
-    if not all(theirs):
+    so a drift of the machine's speed from pass to pass cancels in each pass's ratio; the
+    ratio of the two medians can take them from different passes."""
+    if not ours or not theirs or len(ours) != len(theirs) or len(ours) < 2 or not all(theirs):
         return None
     return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
 

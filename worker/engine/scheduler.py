@@ -92,9 +92,12 @@ class CostTable:
         dense = 0
         while dense < len(ts) and ts[dense] == dense + 1:
             dense += 1
-        pad_to = tuple(ts[j] if raw[j] < (1 - CostTable.PAD_MARGIN) * raw[i] else ts[i]
-                       for i, j in ((i, i + int(np.argmin(raw[i:dense]))) for i in range(dense)))
-        return CostTable(tuple(ts), tuple(float(s) for s in secs), pad_to)
+        pad_to = []
+        for i in range(dense):
+            cheapest = i + int(np.argmin(raw[i:dense]))
+            saves = raw[cheapest] < (1 - CostTable.PAD_MARGIN) * raw[i]
+            pad_to.append(ts[cheapest] if saves else ts[i])
+        return CostTable(tuple(ts), tuple(float(s) for s in secs), tuple(pad_to))
 
     @staticmethod
     def flat() -> CostTable:
