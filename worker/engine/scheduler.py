@@ -55,9 +55,9 @@ class CostTable:
     pad_to: tuple[int, ...] = ()
     by_rows: tuple[tuple[int, CostTable], ...] = ()  # (rows, table), rows ascending
 
-    # a forward is padded only to a size measured this much cheaper: the real steps are 12-50 %
-    # (tiny-M GEMM), the best of 3 timings differs by about 1 % between sizes that cost the
-    # same, and padding on such a difference ran every lone-row forward as 17 tokens
+    # a forward is padded only to a size measured this much cheaper: a padded forward does
+    # work it does not need, so a saving within the spread of start-up timings is not taken
+    # for one (the steps padding exists for, tiny-M GEMM kernels, are 12-50 %)
     PAD_MARGIN = 0.03
 
     def one_row_pad_to(self) -> tuple[int, ...]:
