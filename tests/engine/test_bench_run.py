@@ -58,7 +58,7 @@ def test_min_seconds_repeats_passes_and_reports_the_median(target, chat_prompt_i
     assert len(cell.pass_seconds) == 3 and cell.seconds == pytest.approx(sum(cell.pass_seconds))
     assert len(cell.per_request_tokens_per_s) == 3 and len(cell.outputs) == 1
     summary = cell.summary()
-    assert summary["passes_tokens_per_s"] == [round(6 / s, 1) for s in cell.pass_seconds]
+    assert summary["passes_tokens_per_s"] == [round(6 / s, 3) for s in cell.pass_seconds]
     assert summary["tokens_per_s"] == pytest.approx(sorted(6 / s for s in cell.pass_seconds)[1])
 
 
