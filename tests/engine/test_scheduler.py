@@ -47,9 +47,8 @@ def test_cost_table_pads_where_a_bigger_forward_is_cheaper():
     assert t.pad_to == (1, 4, 4, 4, 6, 6)
     assert t.seconds == (37, 59, 59, 59, 69, 69, 70, 70)
     assert CostTable.from_measurements([2, 4], [1.0, 2.0]).pad_to == ()  # no dense start
-    # a size measured cheaper by less than PAD_MARGIN costs the same within the timings'
-    # noise: no padding (a lone token's forward run as 17 tokens bought nothing), and the
-    # table prices the sizes alike
+    # a size measured cheaper by less than PAD_MARGIN is not taken for a saving: no padding
+    # (it would do work for nothing), and the table prices the sizes alike
     flat = CostTable.from_measurements([1, 2, 3, 4], [72.8, 73.4, 73.4, 72.1])
     assert flat.pad_to == (1, 2, 3, 4) and flat.seconds == (72.1,) * 4
     assert CostTable.flat().pad_to == ()
