@@ -148,6 +148,8 @@ def test_a_scheduled_group_can_carry_its_own_survival_floor():
     for bad in ("semi-ar-fixed:f0.05", "semi-ar-scheduled:f1.5", "semi-ar-scheduled:fx"):
         with pytest.raises(SpecdError, match="survival floor :fX"):
             parse_groups(bad)
+    with pytest.raises(SpecdError, match="gives a setting twice"):
+        parse_groups("semi-ar-scheduled:k3:f0.05:k4")  # not silently K=4
 
 
 def test_peers_are_compared_up_to_the_first_end_of_turn():

@@ -133,6 +133,8 @@ def _with_options(group: Group, name: str) -> Group:
         return group
     if group.mode in (None, "plain"):
         raise SpecdError(f"--groups: {name!r}: only drafting groups take :kN or :fX")
+    if len({option[:1] for option in options}) != len(options):  # else the last one wins unsaid
+        raise SpecdError(f"--groups: {name!r} gives a setting twice")
     out = dataclasses.replace(group, name=name)
     for option in options:
         if option.startswith("k") and option[1:].isdigit() and int(option[1:]) >= 1:
