@@ -57,8 +57,6 @@ lint: venv
 	$(BIN)/ruff check api specd worker operator dashboard pilot tools tests
 	$(BIN)/mypy api dashboard
 
-# The main job on the embedded default: every scheme side by side on the same prompts
-# (plain, Scheme A, Scheme B fixed and scheduled, the classic draft model), one run.
 # The whole loop on the local cluster (specd_dev.demo): the chart, real workers, Prometheus,
 # a canary from Scheme A to Scheme B, a bad revision rolled back, the tuner, the dashboard.
 # DEMO_ONCE=1 runs the story without waiting for Ctrl-C and exits 0 only if every stage
