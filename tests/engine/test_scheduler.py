@@ -54,6 +54,30 @@ def test_cost_table_pads_where_a_bigger_forward_is_cheaper():
     assert CostTable.flat().pad_to == ()
 
 
+def test_a_padding_is_kept_only_where_fresh_timings_confirm_it():
+    """The first timings chose each pad as the least of many noisy sizes (1..4 here); a pad
+    stays only where timings taken after the choice find the bigger size cheaper by more than
+    PAD_MARGIN too, and a size the fresh timings lack is no saving."""
+    from specd.worker.engine.cost import CONFIRM_REPEATS, _confirm_padding
+
+    chosen = CostTable.from_measurements([1, 2, 3, 4, 5], [30.0, 31.0, 33.0, 27.0, 40.0])
+    assert chosen.pad_to == (4, 4, 4, 4, 5)
+    asked: list[tuple[list[list[int]], int]] = []
+
+    def timing(shapes: list[list[int]], times: int) -> list[float]:
+        asked.append((shapes, times))
+        fresh = {1: 30.0, 2: 27.5, 3: 33.0, 4: 28.0}  # 4: 7 % below 1, above 2
+        return [fresh[sum(shape)] for shape in shapes]
+
+    confirmed = _confirm_padding(chosen, lambda t: [t], timing)
+    assert asked == [([[1], [2], [3], [4]], CONFIRM_REPEATS)]  # only the pads' sizes, once
+    assert confirmed.pad_to == (4, 2, 4, 4, 5)
+    assert confirmed.seconds == chosen.seconds  # the prices stay the first timings'
+    assert chosen.with_confirmed_padding({1: 30.0}).pad_to == (1, 2, 3, 4, 5)
+    unpadded = CostTable.from_measurements([1, 2], [1.0, 2.0])
+    assert _confirm_padding(unpadded, lambda t: [t], timing) is unpadded and len(asked) == 1
+
+
 def test_a_lone_row_pads_by_the_one_row_table():
     """The main table's 3 tokens are three one-token rows; a lone request verifying two drafts
     is one row of 3, whose own step (dearer than 4, measured on the EPYC) only the one-row

@@ -4,6 +4,7 @@ hardware-aware part of Scheme B's scheduler)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -17,6 +18,9 @@ from specd.worker.engine.scheduler import CostTable
 # 7, the trained drafters' K; longer ones are priced by the last segment's slope)
 ONE_ROW_TOKENS = 17
 TOKENS_PER_ROW = 8
+# fresh best-of timings of each padding's two sizes, after the choice
+# (``CostTable.with_confirmed_padding``)
+CONFIRM_REPEATS = 5
 # dense where kernels are irregular (every size measured, padding can pick the cheaper one),
 # then both sides of each multiple of 16 (for every row count, ``_row_totals``): CPU GEMM
 # kernels work in 16-row tiles, so cost is a staircase (measured on the dev machine: 32
@@ -39,7 +43,8 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
     per-row work makes 32 rows of 1 token dearer than 6 rows of 5-6 (the staircase steps the
     scheduler must see are measured in that shape). Then, for R = 1, 2, 4, ... rows, R rows
     carrying R, R + 1, ... tokens (``_row_totals``; ``CostTable.by_rows``: what a round of R
-    requests verifying their drafts costs).
+    requests verifying their drafts costs). A padding the timings chose (``CostTable.pad_to``)
+    is kept only where fresh timings of its two sizes confirm the saving (``_confirm_padding``).
 
     Needs free slots in ``cache`` (run before serving); leaves the cache as it found it.
     Measures raw shapes (the runner's padding is off meanwhile); the caller installs the
@@ -55,26 +60,42 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
     slots = [cache.allocate() for _ in range(max_rows)]
     by_rows: list[tuple[int, CostTable]] = []
     try:
-        layouts = [_spread(total, min(max_rows, max(1, -(-total // tokens_per_row))))
-                   for total in grid]
-        seconds = _time_layouts(runner, cache, slots, layouts, context, repeats)
+        def main_layout(total: int) -> list[int]:
+            return _spread(total, min(max_rows, max(1, -(-total // tokens_per_row))))
+
+        def timing(shapes: list[list[int]], times: int) -> list[float]:
+            return _time_layouts(runner, cache, slots, shapes, context, times)
+
+        seconds = timing([main_layout(t) for t in grid], repeats)
         rows = 1
         while rows <= max_rows:
             totals = _row_totals(rows, max_tokens)
-            times = _time_layouts(runner, cache, slots, [_spread(t, rows) for t in totals],
-                                  context, repeats)
+            times = timing([_spread(t, rows) for t in totals], repeats)
             if len(times) >= 2:
                 table = CostTable.from_measurements(totals[: len(times)], times)
                 # a single row's padding is measured in its own shape (one row of 1, 2, 3,
                 # ... tokens); more rows' totals start at R, so they pad by the main table
-                by_rows.append((rows, table if rows == 1 else replace(table, pad_to=())))
+                by_rows.append((rows, _confirm_padding(table, lambda t: [t], timing)
+                                if rows == 1 else replace(table, pad_to=())))
             rows *= 2
+        table = CostTable.from_measurements(grid[: len(seconds)], seconds)
+        table = _confirm_padding(table, main_layout, timing)
     finally:
         runner.pad_to, runner.pad_to_one_row = saved_pad
         for s in slots:
             cache.release(s)
-    table = CostTable.from_measurements(grid[: len(seconds)], seconds)
     return replace(table, by_rows=tuple(by_rows))
+
+
+def _confirm_padding(table: CostTable, layout: Callable[[int], list[int]],
+                     timing: Callable[[list[list[int]], int], list[float]]) -> CostTable:
+    """``table`` keeping only the paddings that fresh timings of their two sizes confirm."""
+    sizes = sorted({t for n, m in zip(table.tokens, table.pad_to, strict=False) if n != m
+                    for t in (n, m)})
+    if not sizes:
+        return table
+    seconds = timing([layout(t) for t in sizes], CONFIRM_REPEATS)
+    return table.with_confirmed_padding(dict(zip(sizes, seconds, strict=False)))
 
 
 def _row_totals(rows: int, max_tokens: int) -> list[int]:
