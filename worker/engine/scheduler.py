@@ -104,8 +104,9 @@ class CostTable:
         choice, find m cheaper than n by more than ``PAD_MARGIN`` too. The choice took m as
         the least of many noisy timings, so it overstates m's saving (the winner's curse):
         on the Xeon of the benchmarks, start-up runs of one engine padded a lone 4-token
-        verify to 5, 6, 7 or 17 tokens, and Scheme B read 0.95-0.97x fixed verification
-        (which never pads) with 5-7 and 1.00-1.03x with 17. Unconfirmed, n runs as itself."""
+        verify to 5, 6, 7 or 17 tokens, and at one request Scheme B read 0.95-0.97x fixed
+        verification where it padded to 5-7 (fixed to 4 or 17), 1.03x where only it padded to 17.
+        Unconfirmed, n runs as itself."""
         def confirmed(n: int, m: int) -> bool:
             return seconds.get(m, math.inf) < (1 - self.PAD_MARGIN) * seconds.get(n, 0.0)
 
