@@ -95,7 +95,7 @@ class CostTable:
         pad_to = []
         for i in range(dense):
             cheapest = i + int(np.argmin(raw[i:dense]))
-            saves = raw[cheapest] < (1 - CostTable.PAD_MARGIN) * raw[i]
+            saves = CostTable._pad_saves(raw[cheapest], raw[i])
             pad_to.append(ts[cheapest] if saves else ts[i])
         return CostTable(tuple(ts), tuple(float(s) for s in secs), tuple(pad_to))
 
@@ -107,12 +107,15 @@ class CostTable:
         verify to 5, 6, 7 or 17 tokens, and at one request Scheme B read 0.95-0.97x fixed
         verification where it padded to 5-7 (fixed to 4 or 17), 1.03x where only it padded to 17.
         Unconfirmed, n runs as itself."""
-        def confirmed(n: int, m: int) -> bool:
-            return seconds.get(m, math.inf) < (1 - self.PAD_MARGIN) * seconds.get(n, 0.0)
-
-        pad = tuple(m if m == n or confirmed(n, m) else n
-                    for n, m in zip(self.tokens, self.pad_to, strict=False))
+        pad = tuple(m if m == n or self._pad_saves(seconds.get(m, math.inf), seconds.get(n, 0.0))
+                    else n for n, m in zip(self.tokens, self.pad_to, strict=False))
         return replace(self, pad_to=pad)
+
+    @staticmethod
+    def _pad_saves(padded: float, own: float) -> bool:
+        """Whether a forward padded up to a size timed ``padded`` saves on its own size's
+        ``own``: by more than ``PAD_MARGIN`` (the one rule for choosing and confirming)."""
+        return bool(padded < (1 - CostTable.PAD_MARGIN) * own)
 
     @staticmethod
     def flat() -> CostTable:
