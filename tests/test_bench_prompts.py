@@ -10,8 +10,13 @@ from specd.api.prompt_file import read_prompt_file
 from specd.worker.bench.prompts import DEFAULT_PROMPTS, HELDOUT_PROMPTS, benchmark_texts
 
 CJK = re.compile(r"[\u4e00-\u9fff]+")
-WORDS = 5  # an English phrase: five words in a row
+WORDS = 4  # an English phrase: four words in a row ("return a json object")
 CHARS = 6  # a Chinese phrase: six characters in a row
+# a Latin word inside Chinese text is a template's slot ("用{lang}写一个函数"): one character,
+# the same whatever fills it or however it is spaced
+SLOT = "X"
+LATIN_IN_CHINESE = re.compile(r"\s*[A-Za-z][A-Za-z0-9+#]*\s*")
+CJK_OR_SLOT = re.compile(rf"[\u4e00-\u9fff{SLOT}]+")
 
 
 def _text(row: dict) -> str:
@@ -21,8 +26,9 @@ def _text(row: dict) -> str:
 def _phrases(text: str) -> set[str]:
     words = re.findall(r"[a-z0-9']+", text.lower())
     out = {" ".join(words[i: i + WORDS]) for i in range(len(words) - WORDS + 1)}
-    for run in CJK.findall(text):
-        out |= {run[i: i + CHARS] for i in range(len(run) - CHARS + 1)}
+    if CJK.search(text):
+        for run in CJK_OR_SLOT.findall(LATIN_IN_CHINESE.sub(SLOT, text)):
+            out |= {run[i: i + CHARS] for i in range(len(run) - CHARS + 1)}
     return out
 
 
@@ -46,6 +52,7 @@ def test_heldout_set_shares_no_phrase_with_training_or_the_default_set():
     for row in read_prompt_file(DEFAULT_PROMPTS):
         seen |= _phrases(_text(row))
     assert _phrases("write a python function that reverses a string") & seen  # it can fail
+    assert _phrases("用 Rust 写一个函数，反转字符串。") & seen  # a template, another slot
     shared = {_text(r): _phrases(_text(r)) & seen for r in read_prompt_file(HELDOUT_PROMPTS)}
     assert {t: p for t, p in shared.items() if p} == {}
 
