@@ -1,13 +1,23 @@
 """The benchmark prompt sets: the held-out set covers every task group in both languages
-and shares no phrase with the training templates or the default set."""
+and shares no phrase with the training templates or the default set; a short run's prompts
+are chosen to stand for the whole file."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
+
+from specd import SpecdError
 from specd.api.metrics import TASK_GROUPS
 from specd.api.prompt_file import read_prompt_file
-from specd.worker.bench.prompts import DEFAULT_PROMPTS, HELDOUT_PROMPTS, benchmark_texts
+from specd.worker.bench.prompts import (
+    DEFAULT_PROMPTS,
+    HELDOUT_PROMPTS,
+    benchmark_texts,
+    select_rows,
+    spread_sample,
+)
 
 CJK = re.compile(r"[\u4e00-\u9fff]+")
 WORDS = 4  # an English phrase: four words in a row ("return a json object")
@@ -61,3 +71,35 @@ def test_training_excludes_both_benchmark_sets():
     texts = benchmark_texts()
     assert benchmark_texts(DEFAULT_PROMPTS) < texts
     assert benchmark_texts(HELDOUT_PROMPTS) < texts
+
+
+def _stratum(row: dict) -> tuple[str, bool]:
+    return row["task_group"], bool(CJK.search(_text(row)))
+
+
+def test_a_spread_sample_holds_every_group_and_language_in_proportion():
+    for path in (DEFAULT_PROMPTS, HELDOUT_PROMPTS):
+        rows = read_prompt_file(path)
+        sample = spread_sample(rows, 16)
+        assert len(sample) == 16
+        at = [rows.index(r) for r in sample]
+        assert at == sorted(at)  # file order, no repeats
+        assert {r["task_group"] for r in sample} == {r["task_group"] for r in rows}
+        for key in {_stratum(r) for r in rows}:
+            share = 16 * sum(_stratum(r) == key for r in rows) / len(rows)
+            taken = sum(_stratum(r) == key for r in sample)
+            assert int(share) <= taken <= int(share) + 1, key
+    # the first 16 of either file are one or two groups: what the sample is for
+    assert len({r["task_group"] for r in read_prompt_file(HELDOUT_PROMPTS)[:16]}) <= 2
+
+
+def test_prompts_are_chosen_by_limit_or_sample_not_both():
+    rows = read_prompt_file(HELDOUT_PROMPTS)
+    assert select_rows(rows) == (rows, "all 64")
+    assert select_rows(rows, limit=5) == (rows[:5], "first 5 of 64")
+    assert select_rows(rows, sample=8)[1] == "spread sample of 8 of 64"
+    assert select_rows(rows, sample=100)[0] == rows
+    with pytest.raises(SpecdError, match="give one"):
+        select_rows(rows, limit=4, sample=4)
+    with pytest.raises(SpecdError, match=">= 0"):
+        select_rows(rows, sample=-1)

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--prompts", default=None,
                         help="JSONL prompt file (default: the packaged 48-prompt set)")
     engine.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    engine.add_argument("--sample", type=int, default=0,
+                        help="use N prompts spread over the file's task groups and languages "
+                             "in proportion (instead of --limit)")
     engine.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     engine.add_argument("--k", type=int, default=3, help="draft length K (fixed verifies K)")
     engine.add_argument("--length-spread", type=float, default=0.0,
@@ -62,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rounds.add_argument("--prompts", default=None,
                         help="JSONL prompt file (default: the packaged held-out set)")
     rounds.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    rounds.add_argument("--sample", type=int, default=0,
+                        help="use N prompts spread over the file's task groups and languages "
+                             "in proportion (instead of --limit)")
     rounds.add_argument("--max-tokens", type=int, default=64)
     rounds.add_argument("--k", type=int, default=3, help="draft length K")
     rounds.add_argument("--passes", type=int, default=2)
@@ -83,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
     from specd import SpecdError
     from specd.worker.bench import engine_bench as bench
     from specd.worker.bench.groups import parse_concurrency, parse_groups, with_sampling
-    from specd.worker.bench.prompts import DEFAULT_PROMPTS, encode_prompts, read_prompt_file
+    from specd.worker.bench.prompts import (
+        DEFAULT_PROMPTS,
+        encode_prompts,
+        read_prompt_file,
+        select_rows,
+    )
     from specd.worker.engine.threads import run_on_compute_thread, serial_main_thread
     from specd.worker.model import load_model
 
@@ -97,14 +108,13 @@ def run(args: argparse.Namespace) -> int:
     if args.length_spread and any(g.peer for g in groups):
         raise SpecdError("--length-spread runs engine groups only (transformers' loops "
                          "emit --max-tokens each)")
+    prompt_file = args.prompts or DEFAULT_PROMPTS
+    rows, chosen = select_rows(read_prompt_file(prompt_file), args.limit, args.sample)
     torch.manual_seed(0)
     # tensor work runs on one live thread at a time: the engines' round threads and a
     # short-lived thread for transformers' loops, never the main thread (see engine.threads)
     threads = serial_main_thread()
     loaded = load_model(args.model, args.device, args.dtype)
-    rows = read_prompt_file(args.prompts or DEFAULT_PROMPTS)
-    if args.limit:
-        rows = rows[: args.limit]
     prompts = encode_prompts(rows, loaded.tokenizer)
     draft_assistant = None
     if any(g.peer == "assisted-draft" for g in groups):
@@ -145,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
                           until_eos=[g.name for g in groups if g.peer],
                           top2_gap=bench.target_top2_gap(loaded.model, prompts), threads=threads)
     doc = bench.report(args.model, results, {
-        "prompts": len(prompts), "max_tokens": args.max_tokens, "k": args.k,
+        "prompts": len(prompts), "prompt_file": str(prompt_file), "prompts_chosen": chosen,
+        "max_tokens": args.max_tokens, "k": args.k,
         "concurrency": concurrencies, "device": loaded.device, "dtype": str(loaded.dtype),
         "threads": threads, "min_seconds": args.min_seconds, "passes": args.passes,
         "length_spread": args.length_spread,
@@ -165,7 +176,12 @@ def run_rounds(args: argparse.Namespace) -> int:
     from specd import SpecdError
     from specd.worker.bench import round_breakdown
     from specd.worker.bench.groups import parse_groups
-    from specd.worker.bench.prompts import HELDOUT_PROMPTS, encode_prompts, read_prompt_file
+    from specd.worker.bench.prompts import (
+        HELDOUT_PROMPTS,
+        encode_prompts,
+        read_prompt_file,
+        select_rows,
+    )
     from specd.worker.model import load_model
 
     groups = parse_groups(args.groups)
@@ -175,10 +191,11 @@ def run_rounds(args: argparse.Namespace) -> int:
         groups = round_breakdown.with_open_gate(groups)
     if min(args.concurrency, args.max_tokens, args.k, args.passes) < 1:
         raise SpecdError("--concurrency, --max-tokens, --k and --passes must be >= 1")
+    prompt_file = args.prompts or HELDOUT_PROMPTS
+    rows, chosen = select_rows(read_prompt_file(prompt_file), args.limit, args.sample)
     torch.manual_seed(0)
     loaded = load_model(args.model, args.device, args.dtype)
-    rows = read_prompt_file(args.prompts or HELDOUT_PROMPTS)
-    prompts = encode_prompts(rows[: args.limit] if args.limit else rows, loaded.tokenizer)
+    prompts = encode_prompts(rows, loaded.tokenizer)
     results = round_breakdown.run(loaded, groups, prompts, args.concurrency, args.max_tokens,
                                   args.k, args.passes)
     doc = round_breakdown.summarise(results, args.concurrency)
@@ -195,6 +212,7 @@ def run_rounds(args: argparse.Namespace) -> int:
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
                 "passes": args.passes, "open_gate": args.open_gate, "prompts": len(prompts),
+                "prompt_file": str(prompt_file), "prompts_chosen": chosen,
                 "dtype": str(loaded.dtype), "device": str(loaded.device)}
         with open(args.json_out, "w") as f:
             json.dump({"meta": meta, "groups": doc}, f, indent=1)

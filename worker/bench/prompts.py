@@ -7,10 +7,12 @@ structured, long-form; others fold into ``other``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specd import SpecdError
 from specd.api.metrics import task_group
 from specd.api.prompt_file import read_prompt_file  # also re-exported for the callers
 
@@ -18,6 +20,7 @@ DEFAULT_PROMPTS = Path(__file__).with_name("prompts.jsonl")
 # written apart from the training templates and the default set (shares no phrase with
 # either, ``tests/test_bench_prompts.py``): traffic the drafters were never tuned on
 HELDOUT_PROMPTS = Path(__file__).with_name("prompts_heldout.jsonl")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,41 @@ class BenchPrompt:
     token_ids: list[int]
     task_group: str
     text: str
+
+
+def spread_sample(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """``n`` rows in file order, each task group and language (Chinese or not) holding its
+    share of the file (largest remainders; ties to the stratum met first): a short run that
+    stands for the whole set, where the first ``n`` rows of a file sorted by group would be
+    one or two groups."""
+    if n >= len(rows):
+        return list(rows)
+    strata: dict[tuple[str, bool], list[int]] = {}
+    for i, row in enumerate(rows):
+        text = " ".join(m["content"] for m in row.get("messages", [])) or row.get("prompt", "")
+        strata.setdefault((task_group(row.get("task_group")), bool(_CJK.search(text))),
+                          []).append(i)
+    shares = {key: n * len(idx) / len(rows) for key, idx in strata.items()}
+    take = {key: int(share) for key, share in shares.items()}
+    by_remainder = sorted(strata, key=lambda key: -(shares[key] - take[key]))  # stable
+    for key in by_remainder[: n - sum(take.values())]:
+        take[key] += 1
+    return [rows[i] for i in sorted(i for key, idx in strata.items() for i in idx[: take[key]])]
+
+
+def select_rows(rows: list[dict[str, Any]], limit: int = 0,
+                sample: int = 0) -> tuple[list[dict[str, Any]], str]:
+    """The benchmark's ``--limit N`` (the first N) or ``--sample N`` (``spread_sample``),
+    and how they were chosen, for the run's record."""
+    if limit and sample:
+        raise SpecdError("--limit and --sample each choose the prompts: give one")
+    if min(limit, sample) < 0:
+        raise SpecdError("--limit and --sample must be >= 0")
+    if sample:
+        return spread_sample(rows, sample), f"spread sample of {sample} of {len(rows)}"
+    if limit:
+        return rows[:limit], f"first {limit} of {len(rows)}"
+    return list(rows), f"all {len(rows)}"
 
 
 def encode_prompts(rows: list[dict[str, Any]], tokenizer: Any) -> list[BenchPrompt]:
