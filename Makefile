@@ -68,7 +68,7 @@ demo: setup cluster-build
 # The engine's schemes side by side on the embedded model (a benchmark table).
 bench: setup
 	$(BIN)/specd bench engine --groups plain,parallel-fixed,semi-ar-fixed,semi-ar-scheduled,semi-ar-lookup-scheduled,draft-model \
-	  --concurrency 1,4 --limit 8 --max-tokens 64 --k 3 --json out/demo-bench.json
+	  --concurrency 1,4 --sample 8 --max-tokens 64 --k 3 --json out/demo-bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache
