@@ -14,10 +14,12 @@ def test_drafting_and_plain_rounds_compare_per_committed_token():
     out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)  # 0.75
     out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)  # 1.0
     assert out.drafting_wins(4) is None  # one round of each is not evidence yet
+    assert out.measured_ratio(4) is None and out.cost_ratio(4) == pytest.approx(0.75)
     out.record(4, True, seconds=0.030, committed=8, plain_seconds_per_token=0.005)
     out.record(4, False, seconds=0.020, committed=4, plain_seconds_per_token=0.005)
     assert out.drafting_wins(4) is True
-    assert out.cost_ratio(4) == pytest.approx(0.75)
+    assert out.measured_ratio(4) == out.cost_ratio(4) == pytest.approx(0.75)
+    assert out.drafting_wins(4, margin=0.3) is False  # 0.75 is not below 0.7
     assert out.drafting_wins(8) is None  # buckets are separate
     for _ in range(6):  # drafting rounds turn slow: 7 tokens of plain time buys 5
         out.record(4, True, seconds=0.035, committed=5, plain_seconds_per_token=0.005)

@@ -125,16 +125,16 @@ class DraftGate:
         if not policies:
             return Choice(False, why="no scheduled request")
         b = bucket(len(policies))
-        wins = self.outcomes.drafting_wins(b)  # None: not measured enough to compare
-        if wins is None:  # only then the prediction decides: once measured it is not
+        ratio = self.outcomes.measured_ratio(b)  # None: not measured enough to compare
+        if ratio is None:  # only then the prediction decides: once measured it is not
             # computed (a schedule over the batch, priced anew after every ``learn``)
             predicted = self.predict(batch_policy, policies, base_tokens, rows)
             if predicted is None:
                 return Choice(True, why="nothing learnt yet: draft and learn")
             want, why = predicted, "predicted gain" if predicted else "predicted no gain"
-        elif wins is False:
+        elif ratio >= 1.0:
             want, why = False, "measured: drafting rounds cost more per token"
-        elif self.outcomes.drafting_wins(b, margin=self.WIN_MARGIN):
+        elif ratio < 1.0 - self.WIN_MARGIN:
             want, why = True, "measured: drafting rounds cost less per token"
         else:  # a win by less than the margin
             want, why = False, "measured: drafting rounds save too little per token"

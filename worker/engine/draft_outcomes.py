@@ -106,10 +106,16 @@ class DraftOutcomes:
             weights += w
         return math.exp(weighted / weights) if weights else None
 
-    def drafting_wins(self, bucket: int, margin: float = 0.0) -> bool | None:
-        """True/False once both kinds were seen ``min_rounds`` times and as many rounds were
-        paired, else None. ``margin``: True only below (1 - margin) x plain per token."""
+    def measured_ratio(self, bucket: int) -> float | None:
+        """``cost_ratio`` once both kinds were seen ``min_rounds`` times and as many rounds
+        were paired, else None (not evidence yet)."""
         if (min(self.count(bucket, True), self.count(bucket, False)) < self.min_rounds
                 or self.pairs(bucket) < self.min_rounds):
             return None
-        return self.cost_ratio(bucket) < 1.0 - margin  # type: ignore[operator]
+        return self.cost_ratio(bucket)
+
+    def drafting_wins(self, bucket: int, margin: float = 0.0) -> bool | None:
+        """True/False once measured (``measured_ratio``), else None. ``margin``: True only
+        below (1 - margin) x plain per token."""
+        ratio = self.measured_ratio(bucket)
+        return None if ratio is None else ratio < 1.0 - margin
