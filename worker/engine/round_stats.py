@@ -4,7 +4,8 @@ vLLM keeps ``SpecDecodingStats`` apart from its Prometheus logger.
 
 Timings: ``phases`` are the exported round phases (``specd.api.metrics.PHASES``: draft,
 schedule, verify, commit); ``parts`` split them finer for the per-round breakdown
-(``python -m specd_dev.bench.rounds``): gate, draft, schedule, forward, accept, commit.
+(``specd bench rounds``, ``worker/bench/round_breakdown.py``): gate, draft, schedule,
+forward, accept, commit.
 """
 
 from __future__ import annotations
