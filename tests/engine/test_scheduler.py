@@ -54,6 +54,24 @@ def test_cost_table_pads_where_a_bigger_forward_is_cheaper():
     assert CostTable.flat().pad_to == ()
 
 
+def test_a_lone_row_pads_only_past_its_own_wider_margin():
+    """One row's sizes read flat within a few percent where weights dominate (the Xeon): a
+    size timed 5 % cheaper is noise there, while a kernel step of 12 % (the EPYC's 3 -> 4)
+    still pads, chosen and confirmed."""
+    flat_ish = ([1, 2, 3, 4, 5], [61.0, 61.5, 62.0, 62.0, 58.9])  # 5: 5 % below 4
+    assert CostTable.from_measurements(*flat_ish).pad_to == (5, 5, 5, 5, 5)
+    one_row = CostTable.from_measurements(*flat_ish, margin=CostTable.ONE_ROW_PAD_MARGIN)
+    assert one_row.pad_to == (1, 2, 3, 4, 5)
+    step = CostTable.from_measurements([1, 2, 3, 4], [50.0, 52.0, 56.0, 50.0],
+                                       margin=CostTable.ONE_ROW_PAD_MARGIN)
+    assert step.pad_to == (1, 2, 4, 4)
+    fresh = {3: 56.5, 4: 50.5}  # the step again: kept
+    assert step.with_confirmed_padding(fresh, CostTable.ONE_ROW_PAD_MARGIN).pad_to == (1, 2, 4, 4)
+    fresh = {3: 53.0, 4: 50.5}  # 4.7 % this time: dropped under the one-row margin
+    assert step.with_confirmed_padding(fresh, CostTable.ONE_ROW_PAD_MARGIN).pad_to == (1, 2, 3, 4)
+    assert step.with_confirmed_padding(fresh).pad_to == (1, 2, 4, 4)  # not under the main one
+
+
 def test_a_padding_is_kept_only_where_fresh_timings_confirm_it():
     """The first timings chose each pad as the least of many noisy sizes (1..4 here); a pad
     stays only where timings taken after the choice find the bigger size cheaper by more than

@@ -72,10 +72,12 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
             totals = _row_totals(rows, max_tokens)
             times = timing([_spread(t, rows) for t in totals], repeats)
             if len(times) >= 2:
-                table = CostTable.from_measurements(totals[: len(times)], times)
                 # a single row's padding is measured in its own shape (one row of 1, 2, 3,
-                # ... tokens); more rows' totals start at R, so they pad by the main table
-                by_rows.append((rows, _confirm_padding(table, lambda t: [t], timing)
+                # ... tokens), past its own margin; more rows' totals start at R, so they
+                # pad by the main table
+                margin = CostTable.ONE_ROW_PAD_MARGIN
+                table = CostTable.from_measurements(totals[: len(times)], times, margin)
+                by_rows.append((rows, _confirm_padding(table, lambda t: [t], timing, margin)
                                 if rows == 1 else replace(table, pad_to=())))
             rows *= 2
         table = CostTable.from_measurements(grid[: len(seconds)], seconds)
@@ -88,14 +90,15 @@ def measure_costs(runner: LlamaRunner, cache: KVCache, max_tokens: int, tokens_p
 
 
 def _confirm_padding(table: CostTable, layout: Callable[[int], list[int]],
-                     timing: Callable[[list[list[int]], int], list[float]]) -> CostTable:
+                     timing: Callable[[list[list[int]], int], list[float]],
+                     margin: float = CostTable.PAD_MARGIN) -> CostTable:
     """``table`` keeping only the paddings that fresh timings of their two sizes confirm."""
     sizes = sorted({t for n, m in zip(table.tokens, table.pad_to, strict=False) if n != m
                     for t in (n, m)})
     if not sizes:
         return table
     seconds = timing([layout(t) for t in sizes], CONFIRM_REPEATS)
-    return table.with_confirmed_padding(dict(zip(sizes, seconds, strict=False)))
+    return table.with_confirmed_padding(dict(zip(sizes, seconds, strict=False)), margin)
 
 
 def _row_totals(rows: int, max_tokens: int) -> list[int]:

@@ -59,6 +59,12 @@ class CostTable:
     # work it does not need, so a saving within the spread of start-up timings is not taken
     # for one (the steps padding exists for, tiny-M GEMM kernels, are 12-50 %)
     PAD_MARGIN = 0.03
+    # a lone row pads only past this: one row of 1..17 tokens read flat within 2-3 % on the
+    # Xeon of docs/bench/RESULTS.md (weight-bound), so every pad its timings chose there was
+    # noise, and at one request a verify padded from 4 to 5-11 tokens ran 3-5 % slower than
+    # fixed verification unpadded (four runs); the EPYC's real lone-row step (3 tokens 1.12x
+    # its 4) still pads
+    ONE_ROW_PAD_MARGIN = 0.10
 
     def one_row_pad_to(self) -> tuple[int, ...]:
         """``pad_to`` for a forward of one row: the one-row table's, when measured (the main
@@ -72,11 +78,12 @@ class CostTable:
         return next((table for r, table in self.by_rows if r >= rows), self)
 
     @staticmethod
-    def from_measurements(tokens: Sequence[int], seconds: Sequence[float]) -> CostTable:
+    def from_measurements(tokens: Sequence[int], seconds: Sequence[float],
+                          margin: float = PAD_MARGIN) -> CostTable:
         """Sort by token count and make monotone: each point is lowered to the minimum of
         itself and every later point (suffix minimum). Where the grid is dense (1, 2, 3, ...)
         that minimum is reached by padding the forward to the cheaper size (``pad_to``) when
-        it is cheaper by more than ``PAD_MARGIN``; within the margin, and beyond the dense
+        it is cheaper by more than ``margin``; within the margin, and beyond the dense
         part, a point above a later one is taken as timing noise (interference only ever
         adds time)."""
         if not tokens or len(tokens) != len(seconds):
@@ -95,27 +102,29 @@ class CostTable:
         pad_to = []
         for i in range(dense):
             cheapest = i + int(np.argmin(raw[i:dense]))
-            saves = CostTable._pad_saves(raw[cheapest], raw[i])
+            saves = CostTable._pad_saves(raw[cheapest], raw[i], margin)
             pad_to.append(ts[cheapest] if saves else ts[i])
         return CostTable(tuple(ts), tuple(float(s) for s in secs), tuple(pad_to))
 
-    def with_confirmed_padding(self, seconds: Mapping[int, float]) -> CostTable:
+    def with_confirmed_padding(self, seconds: Mapping[int, float],
+                               margin: float = PAD_MARGIN) -> CostTable:
         """Keep a pad (n tokens run as m) only where ``seconds``, timings taken after the
-        choice, find m cheaper than n by more than ``PAD_MARGIN`` too. The choice took m as
+        choice, find m cheaper than n by more than ``margin`` too. The choice took m as
         the least of many noisy timings, so it overstates m's saving (the winner's curse):
         on the Xeon of the benchmarks, start-up runs of one engine padded a lone 4-token
         verify to 5, 6, 7 or 17 tokens, and at one request Scheme B read 0.95-0.97x fixed
         verification where it padded to 5-7 (fixed to 4 or 17), 1.03x where only it padded to 17.
         Unconfirmed, n runs as itself."""
-        pad = tuple(m if m == n or self._pad_saves(seconds.get(m, math.inf), seconds.get(n, 0.0))
+        pad = tuple(m if m == n or self._pad_saves(seconds.get(m, math.inf), seconds.get(n, 0.0),
+                                                   margin)
                     else n for n, m in zip(self.tokens, self.pad_to, strict=False))
         return replace(self, pad_to=pad)
 
     @staticmethod
-    def _pad_saves(padded: float, own: float) -> bool:
+    def _pad_saves(padded: float, own: float, margin: float) -> bool:
         """Whether a forward padded up to a size timed ``padded`` saves on its own size's
-        ``own``: by more than ``PAD_MARGIN`` (the one rule for choosing and confirming)."""
-        return bool(padded < (1 - CostTable.PAD_MARGIN) * own)
+        ``own``: by more than ``margin`` (the one rule for choosing and confirming)."""
+        return bool(padded < (1 - margin) * own)
 
     @staticmethod
     def flat() -> CostTable:
