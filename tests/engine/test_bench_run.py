@@ -229,3 +229,14 @@ def test_a_length_spread_gives_every_group_the_same_uneven_lengths(target, chat_
         assert [len(out) for out in results[name][1].outputs] == want, name
     mark_matches(results)
     assert report("smollm2-135m", results, {})["groups"]["ngram"]["1"]["match_plain"] is True
+
+
+def test_every_engine_prices_and_pads_by_one_measured_table(target, chat_prompt_ids):
+    """The step-cost table is the target's on this machine: measured once, by the first
+    engine, so no group runs another padding drawn from its own noisy timings."""
+    prompts = [BenchPrompt(chat_prompt_ids("Name two fruits."), "chat", "Name two fruits.")]
+    results = run_engine_groups(target, parse_groups("plain,semi-ar-fixed,semi-ar-scheduled"),
+                                prompts, [1], max_tokens=4, k=3)
+    tables = [cells[1].costs for cells in results.values()]
+    assert tables[0] is not None and tables[0].pad_to
+    assert all(t is tables[0] for t in tables)

@@ -346,9 +346,16 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     async def run_all() -> None:
         # only the engine of the running cell keeps a live round thread (``threads``: a second
         # thread that has run torch work slows every step by ~1.7x on a small CPU)
+        # one step-cost table for every engine: it is the target's on this machine, and
+        # each engine measuring its own drew its own padding from noisy timings, which
+        # moved the ratios between groups by a few percent (docs/engine.md)
+        shared = None
         for engine, _ in engines.values():
-            await engine.start()  # measures its step-cost table once
+            if shared is not None:
+                engine.use_costs(shared)
+            await engine.start()  # the first measures the table
             await engine.stop()
+            shared = shared or engine.costs
         began = time.perf_counter()
         turn = 0
         for concurrency in concurrencies:

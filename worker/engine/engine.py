@@ -50,9 +50,9 @@ class Engine:
         self.metrics = EngineMetrics(registry, metric_labels)
         self.core = EngineCore(self.runner, self.drafter, loaded.tokenizer, self.config,
                                policy or Policy(), self.metrics, costs)
+        self._costs_ready = self.config.cost_profile == "none"
         if costs is not None:
-            self.runner.set_padding(costs)
-        self._costs_ready = costs is not None or self.config.cost_profile == "none"
+            self.use_costs(costs)
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._start_error: BaseException | None = None
@@ -74,6 +74,13 @@ class Engine:
     def ready(self) -> bool:
         """Model and drafter loaded, step-cost table measured."""
         return self._costs_ready
+
+    def use_costs(self, costs: Any) -> None:
+        """Take a step-cost table (``scheduler.CostTable``) measured for the same target on
+        the same device, by another engine, instead of measuring one at start."""
+        self.core.costs = costs
+        self.runner.set_padding(costs)
+        self._costs_ready = True
 
     def prepare(self) -> None:
         """Measure the step-cost table (blocking). The round thread calls it first."""
