@@ -59,11 +59,11 @@ class CostTable:
     # work it does not need, so a saving within the spread of start-up timings is not taken
     # for one (the steps padding exists for, tiny-M GEMM kernels, are 12-50 %)
     PAD_MARGIN = 0.03
-    # a lone row pads only past this: one row of 1..17 tokens read flat within 2-3 % on the
-    # Xeon of docs/bench/RESULTS.md (weight-bound), so every pad its timings chose there was
-    # noise, and at one request a verify padded from 4 to 5-11 tokens ran 3-5 % slower than
-    # fixed verification unpadded (four runs); the EPYC's real lone-row step (3 tokens 1.12x
-    # its 4) still pads
+    # a lone row pads only past this: on the Xeon of docs/bench/RESULTS.md one row of 4 and
+    # one of 17 tokens time within 1-2 % of each other and 5-16 up to 5 % dearer (medians of
+    # 15), below what best-of-3 start-up timings resolve: they padded a 4-token verify to
+    # 5-11 tokens, which ran 3-5 % slower; the EPYC's lone-row step (3 tokens 1.12x its 4)
+    # still pads
     ONE_ROW_PAD_MARGIN = 0.10
 
     def one_row_pad_to(self) -> tuple[int, ...]:
