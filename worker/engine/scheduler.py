@@ -59,8 +59,8 @@ class CostTable:
     # work it does not need, so a saving within the spread of start-up timings is not taken
     # for one (the steps padding exists for, tiny-M GEMM kernels, are 12-50 %)
     PAD_MARGIN = 0.03
-    # a lone row pads only past this: on the Xeon of docs/bench/RESULTS.md one row of 4 and
-    # one of 17 tokens time within 1-2 % of each other and 5-16 up to 5 % dearer (medians of
+    # a lone row pads only past this: on the Xeon of docs/bench/RESULTS.md one row of 7-11
+    # tokens times up to 5 % dearer than one of 4 and one of 17 1-4 % cheaper (medians of
     # 15), below what best-of-3 start-up timings resolve: they padded a 4-token verify to
     # 5-11 tokens, which ran 3-5 % slower; the EPYC's lone-row step (3 tokens 1.12x its 4)
     # still pads
