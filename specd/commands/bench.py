@@ -24,10 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated concurrent request counts")
     engine.add_argument("--prompts", default=None,
                         help="JSONL prompt file (default: the packaged 48-prompt set)")
-    engine.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
-    engine.add_argument("--sample", type=int, default=0,
-                        help="use N prompts spread over the file's task groups and languages "
-                             "in proportion (instead of --limit)")
+    _add_prompt_choice(engine)
     engine.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     engine.add_argument("--k", type=int, default=3, help="draft length K (fixed verifies K)")
     engine.add_argument("--length-spread", type=float, default=0.0,
@@ -64,10 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rounds.add_argument("--concurrency", type=int, default=16)
     rounds.add_argument("--prompts", default=None,
                         help="JSONL prompt file (default: the packaged held-out set)")
-    rounds.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
-    rounds.add_argument("--sample", type=int, default=0,
-                        help="use N prompts spread over the file's task groups and languages "
-                             "in proportion (instead of --limit)")
+    _add_prompt_choice(rounds)
     rounds.add_argument("--max-tokens", type=int, default=64)
     rounds.add_argument("--k", type=int, default=3, help="draft length K")
     rounds.add_argument("--passes", type=int, default=2)
@@ -77,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rounds.add_argument("--device", default="auto")
     rounds.add_argument("--dtype", default="auto")
     rounds.add_argument("--json", dest="json_out", default=None, help="write results here")
+
+
+def _add_prompt_choice(parser: argparse.ArgumentParser) -> None:
+    """--limit / --sample, read by ``prompts.select_rows``."""
+    parser.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    parser.add_argument("--sample", type=int, default=0,
+                        help="use N prompts spread over the file's task groups and languages "
+                             "in proportion (instead of --limit)")
 
 
 def run(args: argparse.Namespace) -> int:
