@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if engine_groups:
         print(f"[{time.perf_counter() - started:6.0f}s] starting "
               f"{len({g.base for g in engine_groups})} engines "
-              "(each measures its step-cost table)", flush=True)
+              "(the first measures the step-cost table all use)", flush=True)
         results |= bench.run_engine_groups(loaded, engine_groups, prompts, concurrencies,
                                            args.max_tokens, args.k, on_cell=progress,
                                            engine_options={"threads": threads,
