@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
 
-from specd.worker.engine.llama import LlamaRunner, Row
+from specd.worker.engine.cost import forward_timer
+from specd.worker.engine.llama import LlamaRunner
 from specd.worker.model import load_model
 
 LAYOUTS = {  # name: tokens per row
@@ -37,15 +37,11 @@ def main() -> None:
     runner = LlamaRunner(loaded.model)
     cache = runner.new_cache(40, context + 64)
     slots = [cache.allocate() for _ in range(40)]
+    timer = forward_timer(runner, cache, slots, context)  # the start-up table's own timing
 
     def forward(per: list[int]) -> float:
-        for s in slots[: len(per)]:
-            cache.lengths[s] = context
-        rows = [Row(s, [1] * n, "all") for s, n in zip(slots, per, strict=False)]
-        t0 = time.perf_counter()
         with torch.inference_mode():
-            runner.forward(cache, rows)
-        return (time.perf_counter() - t0) * 1e3
+            return timer(per) * 1e3
 
     for per in LAYOUTS.values():  # warm-up: every shape once
         forward(per)

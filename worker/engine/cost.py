@@ -119,17 +119,10 @@ def _spread(total: int, n_rows: int) -> list[int]:
     return [total // n_rows + (1 if r < total % n_rows else 0) for r in range(n_rows)]
 
 
-def _time_layouts(runner: LlamaRunner, cache: KVCache, slots: list[int],
-                  layouts: list[list[int]], context: int, repeats: int) -> list[float]:
-    """Best-of-``repeats`` seconds of one forward per layout (tokens per row, rows on
-    ``slots`` after ``context`` cached tokens), for the layouts the cache can hold (a
-    prefix of ``layouts``). The repeats go round the layouts in turn (after one warm-up
-    forward): timed one size after another, a machine whose speed drifts over the seconds
-    this takes (the shared dev CPU's does, by 10-30 % over minutes) would tilt the table, and
-    the scheduler acts on differences of a few percent."""
-    layouts = layouts[: next((i for i, per in enumerate(layouts)
-                              if context + max(per) > cache.max_context), len(layouts))]
-
+def forward_timer(runner: LlamaRunner, cache: KVCache, slots: list[int],
+                  context: int) -> Callable[[list[int]], float]:
+    """A function timing one forward of a layout (tokens per row, rows on ``slots`` after
+    ``context`` cached tokens), in seconds; the cache is left at ``context`` per slot."""
     def forward(per: list[int]) -> float:
         for s in slots[: len(per)]:
             cache.lengths[s] = context
@@ -140,6 +133,20 @@ def _time_layouts(runner: LlamaRunner, cache: KVCache, slots: list[int],
         _sync(runner.device)
         return time.perf_counter() - t0
 
+    return forward
+
+
+def _time_layouts(runner: LlamaRunner, cache: KVCache, slots: list[int],
+                  layouts: list[list[int]], context: int, repeats: int) -> list[float]:
+    """Best-of-``repeats`` seconds of one forward per layout (tokens per row, rows on
+    ``slots`` after ``context`` cached tokens), for the layouts the cache can hold (a
+    prefix of ``layouts``). The repeats go round the layouts in turn (after one warm-up
+    forward): timed one size after another, a machine whose speed drifts over the seconds
+    this takes (the shared dev CPU's does, by 10-30 % over minutes) would tilt the table, and
+    the scheduler acts on differences of a few percent."""
+    layouts = layouts[: next((i for i, per in enumerate(layouts)
+                              if context + max(per) > cache.max_context), len(layouts))]
+    forward = forward_timer(runner, cache, slots, context)
     if layouts:
         forward(layouts[0])
     best = [float("inf")] * len(layouts)
