@@ -436,3 +436,22 @@ def test_prestop_sleep_is_the_only_hook_the_runner_runs() -> None:
     assert rules.prestop_sleep({"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}) == 5
     with pytest.raises(rules.PodSpecError, match="exec hooks are not supported"):
         rules.prestop_sleep({"lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}}})
+
+
+def test_port_leases_never_hand_one_port_to_two_holders() -> None:
+    """CI 46: two pods starting together got the same port from ``free_ports`` (closed before
+    it returns); the second process could not bind it and both pods answered from the first."""
+    from specd_dev.cluster.processes import PortLeases
+
+    picks = iter([5001, 5001, 5002, 5001, 5002, 5003, 5001, 5004])  # the kernel repeating itself
+    leases = PortLeases(pick=lambda: next(picks))
+    assert leases.lease("pod-a", 1) == [5001]
+    assert leases.lease("pod-b", 1) == [5002]  # 5001 again is skipped: pod-a holds it
+    leases.hold("services", [5003])
+    assert leases.lease("pod-c", 1) == [5001 + 3]  # 5001, 5002, 5003 held: 5004
+    leases.release("pod-a")
+    picks = iter([5002, 5001])
+    assert leases.lease("pod-d", 1) == [5001]  # released by pod-a, free again
+    leases.hold("services", [])
+    picks = iter([5003])
+    assert leases.lease("pod-e", 1) == [5003]  # the Service that held it went away

@@ -238,7 +238,7 @@ class Traffic:
     on exit.
 
     ``paired_with``: a second URL that gets every request too, right after (or, every other
-    time, right before) the first, with the same seed: the two services decode the same
+    time, right before) the first, with the same seed, the groups taken in turn: the two services decode the same
     requests one after the other and never at the same time, so a comparison of the two is
     not a comparison of whichever happened to share the CPU with the other's heavier rounds.
     Paired requests stream, and each pair whose two sides both succeeded is kept in
@@ -269,22 +269,28 @@ class Traffic:
         import httpx
 
         # groups drawn at random (seeded): alternating them in lock-step with the load
-        # balancer's round robin can send every request of a group to one track
+        # balancer's round robin can send every request of a group to one track. Paired
+        # requests go to one worker per side and take the groups in turn, so that a window
+        # holds nearly as many pairs of each (drawn at random, a 60 s window held 7 code
+        # pairs and 3 chat)
         rng = random.Random(index)
+        groups = sorted(self.prompts)
         with httpx.Client(timeout=120) as http:
             n = 0
             while not self.stop.is_set():
-                group = rng.choice(sorted(self.prompts))
+                paired = len(self.urls) > 1
+                group = groups[n % len(groups)] if paired else rng.choice(groups)
                 body = {"model": "smollm2-135m", "max_tokens": self.max_tokens,
                         "temperature": self.temperatures.get(group, 0.0),
                         "messages": [{"role": "user", "content": self.prompts[group]}]}
-                if len(self.urls) > 1:
+                if paired:
                     body["seed"] = 1000 * index + n  # the same tokens on both sides
                     body["stream"], body["stream_options"] = True, {"include_usage": True}
                 began = time.monotonic()
-                order = self.urls if n % 2 == 0 else self.urls[::-1]
+                # each group's requests go first to each side in turn
+                order = self.urls if (n // len(groups)) % 2 == 0 else self.urls[::-1]
                 tpot = {url: self.post(http, url, group, body) for url in order}
-                if len(self.urls) > 1 and None not in tpot.values():
+                if paired and None not in tpot.values():
                     with self.lock:
                         self.pairs.append(Pair(group, began - self.started,
                                                tpot[self.urls[0]], tpot[self.urls[1]]))

@@ -9,8 +9,9 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,44 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+class PortLeases:
+    """Loopback ports handed to several holders in one process: each free when picked and held
+    by no other holder until released.
+
+    :func:`free_ports` closes its sockets before it returns, and the kernel may hand a port
+    just closed to the next ``bind(0)``; two pods starting together then got the same port,
+    the second process failed to bind it, and both pods' probes and Services answered from the
+    first process. Thread-safe: pod workers lease from their own threads.
+    """
+
+    def __init__(self, pick: Callable[[], int] = lambda: free_ports(1)[0]) -> None:
+        self._pick = pick
+        self._held: dict[Hashable, set[int]] = {}
+        self._lock = threading.Lock()
+
+    def lease(self, holder: Hashable, count: int) -> list[int]:
+        """``count`` ports added to ``holder``'s, none held by anyone yet."""
+        with self._lock:
+            taken = set().union(*self._held.values())
+            picked: list[int] = []
+            while len(picked) < count:
+                port = self._pick()
+                if port not in taken:
+                    picked.append(port)
+                    taken.add(port)
+            self._held.setdefault(holder, set()).update(picked)
+            return picked
+
+    def hold(self, holder: Hashable, ports: Iterable[int]) -> None:
+        """``holder`` holds exactly ``ports`` from now on (the ones it dropped are free again)."""
+        with self._lock:
+            self._held[holder] = set(ports)
+
+    def release(self, holder: Hashable) -> None:
+        with self._lock:
+            self._held.pop(holder, None)
 
 
 def port_is_free(port: int) -> bool:

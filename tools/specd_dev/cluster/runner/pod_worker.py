@@ -125,8 +125,8 @@ class PodWorker(threading.Thread):
             self.runner.release(self)
 
     def _run(self) -> None:
-        self.ports = {port: processes.free_ports(1)[0]
-                      for port in rules.container_ports(self.container)}
+        wanted = rules.container_ports(self.container)
+        self.ports = dict(zip(wanted, self.runner.lease_ports(self, len(wanted)), strict=True))
         while True:
             if self.stopping.is_set():
                 self._kill_group(grace=min(rules.termination_grace(self.pod), 10.0))

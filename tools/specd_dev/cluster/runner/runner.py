@@ -43,6 +43,7 @@ log = logging.getLogger("specd_dev.cluster.runner")
 LOOP_S = 0.5
 ADDRESSES_FILE = "pod-addresses.json"  # in the runner's directory (see _write_addresses)
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICES = "services"  # the port-lease holder of the Services' HAProxy frontends
 
 
 def memory_available() -> int:
@@ -90,6 +91,7 @@ class Runner:
         self.available_at_start = memory_available()
         self.capacity = self._capacity()
         self.service_ports: dict[str, int] = {}
+        self.port_leases = processes.PortLeases()  # pods' and Services' loopback ports
         self.service_backends: dict[str, int] = {}  # Ready pods behind each Service URL
         self._configmaps: dict[str, dict[str, dict[str, Any]]] = {}
         self._proxy_text = ""
@@ -122,7 +124,12 @@ class Runner:
                 self.slots[worker.uid] = need
             return why
 
+    def lease_ports(self, worker: PodWorker, count: int) -> list[int]:
+        """Loopback ports for the worker's container ports, held until :meth:`release`."""
+        return self.port_leases.lease(worker.uid, count)
+
     def release(self, worker: PodWorker) -> None:
+        self.port_leases.release(worker.uid)
         with self.lock:
             self.slots.pop(worker.uid, None)
             if self.workers.get(worker.key) is worker:
@@ -277,10 +284,12 @@ class Runner:
 
     def _sync_proxy(self, services: list[dict[str, Any]], slices: list[dict[str, Any]]) -> None:
         fronts = proxy.frontends(services, slices, self.service_ports,
-                                 lambda: processes.free_ports(1)[0], self._local_port)
+                                 lambda: self.port_leases.lease(SERVICES, 1)[0],
+                                 self._local_port)
         self.service_ports = {proxy.url_key(f.namespace, f.service,
                                             f.port_name or str(f.service_port)): f.local_port
                               for f in fronts}
+        self.port_leases.hold(SERVICES, self.service_ports.values())  # gone Services' ports free
         backends = {proxy.url_key(f.namespace, f.service, f.port_name or str(f.service_port)):
                     len(f.servers) for f in fronts}
         text = proxy.config_text(fronts, self.proxy_health_port)
