@@ -36,6 +36,10 @@ def test_groups_run_interleaved_and_match_plain(target, chat_prompt_ids, same_or
             same_or_near_tie(p.token_ids, out, ref)  # batched: only logit near-ties may differ
     sched = doc["groups"]["semi-ar-scheduled"]["1"]
     assert sched["tau"] > 1.0 and sched["drafter_memory_mb"] > 0
+    # every round reached the drafting ledger: plain's never drafted, the scheduled group's did
+    ledgers = {name: results[name][1].ledger for name in ("plain", "semi-ar-scheduled")}
+    assert ledgers["plain"].drafted == 0 and ledgers["plain"].seconds > 0
+    assert ledgers["semi-ar-scheduled"].drafted > 0, ledgers
     for name in names:  # one at a time: all after the first token; at 2 the third drains
         assert results[name][1].full_tokens == [29], name
         assert 0 < results[name][2].full_tokens[0] < 29, name

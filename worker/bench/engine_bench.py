@@ -40,6 +40,7 @@ from typing import Any
 from tqdm import tqdm
 
 from specd.api import metrics as names
+from specd.worker.bench.drafting_ledger import Ledger, Round, drafting_ledger
 from specd.worker.bench.groups import TWIN, Group, kind_of, parse_sampling
 from specd.worker.bench.prompts import BenchPrompt
 
@@ -68,6 +69,7 @@ class Cell:
     # per pass: tokens and seconds while the batch was full (summed over the pass's slices)
     full_tokens: list[int] = field(default_factory=list)
     full_seconds: list[float] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)  # drafting vs the engine's own plain rounds
 
     def __post_init__(self) -> None:
         if not self.pass_seconds:
@@ -95,6 +97,7 @@ class Cell:
         self.per_request_tokens_per_s += other.per_request_tokens_per_s
         for name in ("rounds", "drafted", "verified", "accepted", "verified_requests"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.ledger += other.ledger
         for phase, sec in other.phase_seconds.items():
             self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + sec
         self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
@@ -119,6 +122,11 @@ class Cell:
                               if self.verified_requests else None),
             "phase_share": ({p: s / phase_total for p, s in self.phase_seconds.items()}
                             if phase_total else {}),
+            # drafting rounds priced against the same engine's plain rounds (drafting_ledger):
+            # what drafting cost (+) or saved (-) as a share of the round time
+            "drafting_excess_share": self.ledger.excess_share(),
+            "drafting_rounds": self.ledger.drafted,
+            "drafting_priced_rounds": self.ledger.priced,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
             "drafter_memory_mb": (round(self.memory["drafter"] / 2**20, 2)
                                   if self.memory else None),
@@ -399,16 +407,24 @@ async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[Ben
                     first: int = 0, spread: float = 0.0) -> Cell:
     before = _phase_seconds(registry)
     bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
-    with RssSampler() as rss:
-        driven = await _drive(engine, prompts, concurrency, max_tokens, bar, group, first,
-                              spread)
+    rounds: list[Round] = []
+    listen = lambda st: rounds.append(Round(st.rows, st.kind == "speculative",  # noqa: E731
+                                            st.seconds, st.emitted, st.prefill_tokens == 0))
+    engine.core.round_listeners.append(listen)
+    try:
+        with RssSampler() as rss:
+            driven = await _drive(engine, prompts, concurrency, max_tokens, bar, group, first,
+                                  spread)
+    finally:
+        engine.core.round_listeners.remove(listen)
     bar.close()
     after = _phase_seconds(registry)
     cell = Cell([r[0] for r in driven.outputs], driven.seconds, driven.rates,
                 peak_rss_mb=rss.peak_mb,
                 phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
                 memory=engine.memory_bytes(), costs=engine.costs,
-                full_tokens=[driven.full_tokens], full_seconds=[driven.full_seconds])
+                full_tokens=[driven.full_tokens], full_seconds=[driven.full_seconds],
+                ledger=drafting_ledger(rounds))
     for _, spec in driven.outputs:
         if spec is not None:
             cell.rounds += spec.rounds
@@ -604,6 +620,8 @@ def _compare(groups: dict[str, dict[str, dict[str, Any]]], scheduled: str,
         if hf:
             row["vs_hf_generate"] = cell["tokens_per_s"] / hf["tokens_per_s"]
         row["schedule_share"] = cell["phase_share"].get("schedule")
+        # free of the drift between groups: drafting against this engine's own plain rounds
+        row["drafting_excess_share"] = cell.get("drafting_excess_share")
         out[conc] = row
     return out
 
@@ -653,7 +671,8 @@ def format_table(doc: dict[str, Any]) -> str:
                              f"({fmt(r['speed_coupled_vs_standard'])}x)")
     for name, rows in doc.get("comparisons", {}).items():
         for conc, row in rows.items():
-            parts = [f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+            parts = [f"{k} {v * 100:+.2f}%" if k == "drafting_excess_share" else
+                     f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                      for k, v in row.items() if v is not None]
             lines.append(f"{name} c={conc}: " + ", ".join(parts))
     return "\n".join(lines)

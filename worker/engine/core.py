@@ -184,6 +184,8 @@ class EngineCore:
         self._lock = threading.Lock()
         self.rounds = 0
         self.last_round: RoundStats | None = None
+        # called with every round's stats on the engine's thread (benchmarks keep them)
+        self.round_listeners: list[Callable[[RoundStats], None]] = []
         # swappable: tests inject a wrong rule
         self.verify_sampling = verifier.verify_sampling
         self.verify_coupled = verifier.verify_coupled
@@ -429,6 +431,8 @@ class EngineCore:
                                           committed))
         self.exporter.export(stats)
         self.last_round = stats
+        for listener in self.round_listeners:
+            listener(stats)
         self._gauges()
 
     # -- reference rounds ------------------------------------------------------------------
