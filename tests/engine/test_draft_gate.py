@@ -95,6 +95,23 @@ def test_a_clear_measured_win_overrules_a_predicted_loss_a_marginal_one_does_not
     assert clear.choose(POLICY, [POLICY] * 4, 4, 4, measured=False).why == "predicted gain"
 
 
+def test_drafting_rounds_that_kept_no_draft_never_read_as_a_win() -> None:
+    """make test: a batch of one whose schedule verified nothing read drafting rounds a few
+    per cent cheaper than plain ones (noise: both committed one token) and drafted every
+    round from then on, 143 drafted tokens, none verified."""
+    gate = learnt(STEEP)
+    for _ in range(gate.outcomes.min_rounds):
+        gate.record(RoundOutcome(1, True, 0.8, 1))  # "cheaper", one token: nothing kept
+        gate.record(RoundOutcome(1, False, 1.0, 1))
+    assert gate.outcomes.drafting_wins(1, DraftGate.WIN_MARGIN) is True  # what it measured
+    choice = gate.choose(POLICY, [POLICY], 1, 1, measured=False)
+    assert choice.draft is False and "kept no draft" in choice.why
+    # one drafting round that kept a draft among the last ones: the measured win stands
+    gate.record(RoundOutcome(1, True, 1.6, 2))
+    gate.record(RoundOutcome(1, False, 1.0, 1))
+    assert gate.choose(POLICY, [POLICY], 1, 1, measured=False).draft is True
+
+
 def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_holds() -> None:
     gate = measured_both(learnt(STEEP), 1, drafting_wins=False)  # drafting only in probes
     first, long_run = DraftGate.probe_share_bound()

@@ -238,9 +238,10 @@ class Traffic:
     on exit.
 
     ``paired_with``: a second URL that gets every request too, right after (or, every other
-    time, right before) the first, with the same seed, the groups taken in turn: the two services decode the same
-    requests one after the other and never at the same time, so a comparison of the two is
-    not a comparison of whichever happened to share the CPU with the other's heavier rounds.
+    time, right before) the first, with the same seed, the groups taken in turn: the two
+    services decode the same requests one after the other and never at the same time, so a
+    comparison of the two is not a comparison of whichever happened to share the CPU with the
+    other's heavier rounds.
     Paired requests stream, and each pair whose two sides both succeeded is kept in
     ``pairs`` with both sides' TPOT as the client saw it (``paired_speed`` compares them).
     """

@@ -19,7 +19,9 @@ the drafter is a plain round. The gate decides from two sources:
   a lone request plain at 1.05x plain decoding where fixed-length drafting made 1.36x), and a
   measured break-even or loss overrules a predicted gain (near break-even the measurement
   lags a drift it cannot see between probes: a bf16 batch of 16 kept drafting on a measured
-  0.95-1.00 while its drafting rounds cost 7-20 % more a token than its plain ones).
+  0.95-1.00 while its drafting rounds cost 7-20 % more a token than its plain ones). A win
+  counts only if the bucket's last ``min_rounds`` drafting rounds kept a draft between them:
+  rounds that kept none committed one token a row, as plain rounds do, so they cannot win.
 
 **Exploration has a stated bound.** A decision that holds would never measure the other
 choice again, so now and then the other choice runs once (a probe). Each situation
@@ -40,6 +42,7 @@ Pure: no torch, no engine, no clock; the engine hands it numbers.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,6 +90,8 @@ class DraftGate:
         # per situation (decision, bucket): [rounds since its last probe, current interval]
         self._probes: dict[tuple[bool, int], list[int]] = {}
         self._predicted: dict[tuple[int, int, tuple[int, ...]], bool] = {}
+        # per bucket: tokens the last drafting rounds committed beyond one a row
+        self._accepted: dict[int, deque[int]] = {}
 
     @classmethod
     def probe_share_bound(cls) -> tuple[float, float]:
@@ -134,6 +139,11 @@ class DraftGate:
             want, why = predicted, "predicted gain" if predicted else "predicted no gain"
         elif ratio >= 1.0:
             want, why = False, "measured: drafting rounds cost more per token"
+        elif not any(self._accepted.get(b, ())):
+            # rounds that kept no draft committed what plain rounds do, after drafting: a
+            # measured win there is the machine's noise (a batch of one read 143 drafted
+            # tokens, none verified, on one such "win")
+            want, why = False, "measured: drafting rounds kept no draft"
         elif ratio < 1.0 - self.WIN_MARGIN:
             want, why = True, "measured: drafting rounds cost less per token"
         else:  # a win by less than the margin
@@ -174,5 +184,8 @@ class DraftGate:
         n = outcome.rows
         if n <= 0:
             return
+        if outcome.drafted:
+            self._accepted.setdefault(bucket(n), deque(maxlen=self.outcomes.min_rounds)).append(
+                outcome.committed - n)
         self.outcomes.record(bucket(n), outcome.drafted, outcome.seconds, outcome.committed,
                              float(self.costs.cost(n)) / n)
