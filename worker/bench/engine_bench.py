@@ -408,8 +408,11 @@ async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[Ben
     before = _phase_seconds(registry)
     bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
     rounds: list[Round] = []
-    listen = lambda st: rounds.append(Round(st.rows, st.kind == "speculative",  # noqa: E731
-                                            st.seconds, st.emitted, st.prefill_tokens == 0))
+
+    def listen(st: Any) -> None:  # a RoundStats, on the engine's thread
+        rounds.append(Round(st.rows, st.kind == "speculative", st.seconds, st.emitted,
+                            st.prefill_tokens == 0))
+
     engine.core.round_listeners.append(listen)
     try:
         with RssSampler() as rss:
