@@ -150,6 +150,25 @@ def test_probes_come_often_until_the_other_choice_is_measured_then_back_off() ->
     assert gate.outcomes.drafting_wins(1) is False
 
 
+def test_a_wrong_prediction_costs_at_most_min_rounds_rounds_of_the_wrong_choice() -> None:
+    """Predicted: drafting pays (verifying costs almost nothing); measured: drafting rounds
+    cost three times a plain round for the same tokens. The choices alternate until both
+    are measured, so the wrong choice runs ``min_rounds`` times, then the measurement
+    overrules the prediction and drafting is left to the steady probes."""
+    gate = learnt(FREE)
+    need = gate.outcomes.min_rounds
+    drafted: list[bool] = []
+    for _ in range(400):
+        draft = gate.choose(POLICY, [POLICY], 1, 1, True).draft
+        drafted.append(draft)
+        gate.record(RoundOutcome(1, draft, 3.0 if draft else 1.0, 1))
+    assert drafted[:2 * need] == [True, False] * need  # learning: alternate
+    assert gate.outcomes.drafting_wins(1) is False
+    steady = drafted[2 * need:]
+    assert steady[:DraftGate.PROBE_EVERY] == [False] * DraftGate.PROBE_EVERY
+    assert sum(steady) <= gate.max_probes(len(steady)) - need
+
+
 def test_each_situation_keeps_its_own_probe_interval_and_unmeasured_rounds_never_probe() -> None:
     """The decision flips as newcomers' prefills come and go: a shared interval kept falling
     back to the shortest; each (decision, bucket) backs off on its own."""

@@ -28,11 +28,12 @@ choice again, so now and then the other choice runs once (a probe). Each situati
 (decision, batch bucket) keeps its own interval (with newcomers' prefills coming and going the
 decision flips often, and one shared interval kept falling back to the shortest). Until the
 other choice has been measured often enough to be compared (``DraftOutcomes.min_rounds``),
-it is probed every ``PROBE_LEARN`` rounds: a wrong prediction (a start-up cost table read on
-a busy machine) is overruled within about ``min_rounds * (PROBE_LEARN + 1)`` rounds, not
-hundreds, at a cost of at most ``min_rounds`` probes per situation. After that the interval
-starts at ``PROBE_EVERY`` and doubles each time the decision still holds, up to
-``PROBE_MAX``: probes are at most 1 / (PROBE_EVERY + 1) of a situation's rounds, and their
+the two choices alternate (``PROBE_LEARN``): the comparison needs ``min_rounds`` of each
+whichever was predicted, so a right prediction costs ``min_rounds`` probes and a wrong one
+(a start-up cost table read on a busy machine) ``min_rounds`` rounds of the wrong choice
+before the measurement overrules it (probing every fifth round, four times as many). After
+that the interval starts at ``PROBE_EVERY`` and doubles each time the decision still holds,
+up to ``PROBE_MAX``: probes are at most 1 / (PROBE_EVERY + 1) of a situation's rounds, and their
 share falls towards 1 / (PROBE_MAX + 1) while the other choice keeps losing
 (``probe_share_bound``). Probes run only in rounds whose outcome is recorded (``measured``:
 no prefill chunk in the batch), so every probe pays for a measurement.
@@ -74,7 +75,9 @@ class Choice:
 
 
 class DraftGate:
-    PROBE_LEARN = 4  # until the other choice is measured min_rounds times
+    # until the other choice is measured min_rounds times: every other round (probing
+    # every 5th let a wrong prediction draft 32 full-batch rounds at c=32 first)
+    PROBE_LEARN = 1
     PROBE_EVERY = 16
     PROBE_MAX = 256
     EMA = 0.1  # running means of confidence and drafting time
