@@ -22,8 +22,8 @@ def learnt(costs: CostTable, conf: float = 0.9, draft_s: float = 0.01,
 def measured_both(gate: DraftGate, n: int, drafting_wins: bool) -> DraftGate:
     """Both kinds of round recorded often enough to compare, at batch size ``n``."""
     for _ in range(gate.outcomes.min_rounds):
-        gate.record(RoundOutcome(n, True, 1.0 if drafting_wins else 3.0, 2 * n))
-        gate.record(RoundOutcome(n, False, 1.0, n))
+        gate.record(RoundOutcome(n, True, 1.0 if drafting_wins else 3.0, 2 * n, 3 * n))
+        gate.record(RoundOutcome(n, False, 1.0, n, 0))
     return gate
 
 
@@ -51,8 +51,8 @@ def test_once_measured_a_predicted_gain_drafts_only_on_a_clear_win() -> None:
         gate = learnt(FREE)
         assert gate.predict(POLICY, [POLICY], 1, 1) is True
         for _ in range(gate.outcomes.min_rounds):
-            gate.record(RoundOutcome(1, True, drafting_seconds, tokens))
-            gate.record(RoundOutcome(1, False, 1.0, 1))  # plain: 1 s a token
+            gate.record(RoundOutcome(1, True, drafting_seconds, tokens, 3))
+            gate.record(RoundOutcome(1, False, 1.0, 1, 0))  # plain: 1 s a token
         return gate
 
     def choice(gate: DraftGate):
@@ -66,8 +66,8 @@ def test_once_measured_a_predicted_gain_drafts_only_on_a_clear_win() -> None:
     assert choice(marginal).draft is False and "too little" in choice(marginal).why
     # too few rounds measured: the prediction stands
     early = learnt(FREE)
-    early.record(RoundOutcome(1, True, 3.0, 1))
-    early.record(RoundOutcome(1, False, 1.0, 1))
+    early.record(RoundOutcome(1, True, 3.0, 1, 3))
+    early.record(RoundOutcome(1, False, 1.0, 1, 0))
     assert early.choose(POLICY, [POLICY], 1, 1, measured=False).draft is True
 
 
@@ -79,8 +79,8 @@ def test_a_clear_measured_win_overrules_a_predicted_loss_a_marginal_one_does_not
         gate = learnt(STEEP, sizes=(1, 4))
         assert gate.predict(POLICY, [POLICY], 1, 1) is False
         for _ in range(gate.outcomes.min_rounds):
-            gate.record(RoundOutcome(1, True, drafting_seconds, 2))  # 2 tokens a round
-            gate.record(RoundOutcome(1, False, 1.0, 1))
+            gate.record(RoundOutcome(1, True, drafting_seconds, 2, 3))  # 2 tokens a round
+            gate.record(RoundOutcome(1, False, 1.0, 1, 0))
         return gate
 
     clear = after(1.2)  # 0.6 s a token against plain's 1.0
@@ -95,21 +95,35 @@ def test_a_clear_measured_win_overrules_a_predicted_loss_a_marginal_one_does_not
     assert clear.choose(POLICY, [POLICY] * 4, 4, 4, measured=False).why == "predicted gain"
 
 
-def test_drafting_rounds_that_kept_no_draft_never_read_as_a_win() -> None:
+def test_drafting_rounds_that_verified_no_draft_never_read_as_a_win() -> None:
     """make test: a batch of one whose schedule verified nothing read drafting rounds a few
     per cent cheaper than plain ones (noise: both committed one token) and drafted every
     round from then on, 143 drafted tokens, none verified."""
     gate = learnt(STEEP)
     for _ in range(gate.outcomes.min_rounds):
-        gate.record(RoundOutcome(1, True, 0.8, 1))  # "cheaper", one token: nothing kept
-        gate.record(RoundOutcome(1, False, 1.0, 1))
+        gate.record(RoundOutcome(1, True, 0.8, 1, 0))  # "cheaper", one token, none verified
+        gate.record(RoundOutcome(1, False, 1.0, 1, 0))
     assert gate.outcomes.drafting_wins(1, DraftGate.WIN_MARGIN) is True  # what it measured
     choice = gate.choose(POLICY, [POLICY], 1, 1, measured=False)
-    assert choice.draft is False and "kept no draft" in choice.why
-    # one drafting round that kept a draft among the last ones: the measured win stands
-    gate.record(RoundOutcome(1, True, 1.6, 2))
-    gate.record(RoundOutcome(1, False, 1.0, 1))
+    assert choice.draft is False and "verified no draft" in choice.why
+    # one drafting round that verified a draft among the last ones: the measured win stands
+    gate.record(RoundOutcome(1, True, 1.6, 2, 3))
+    gate.record(RoundOutcome(1, False, 1.0, 1, 0))
     assert gate.choose(POLICY, [POLICY], 1, 1, measured=False).draft is True
+
+
+def test_a_run_of_rejected_drafts_is_priced_not_read_as_no_gain() -> None:
+    """A bench run at one request: 8 drafting rounds in a row had every verified draft
+    rejected; a guard on drafts *kept* then left the request plain for hundreds of rounds
+    (its probes were rejected too), 0.90x fixed-length drafting. Rejections are the
+    drafter's real cost: the measurement prices them, and here the win still stands."""
+    gate = measured_both(learnt(FREE), 1, drafting_wins=True)  # 0.5 s a token against 1.0
+    for _ in range(gate.outcomes.min_rounds):
+        gate.record(RoundOutcome(1, True, 1.05, 1, 3))  # three drafts verified, none kept
+        gate.record(RoundOutcome(1, False, 1.0, 1, 0))
+    choice = gate.choose(POLICY, [POLICY], 1, 1, measured=False)
+    assert choice.draft is True and choice.why == "measured: drafting rounds cost less per token"
+    assert gate.outcomes.drafting_wins(1, DraftGate.WIN_MARGIN) is True
 
 
 def test_probes_stay_within_the_stated_bound_and_thin_out_while_the_decision_holds() -> None:
@@ -135,9 +149,9 @@ def test_probes_come_often_until_the_other_choice_is_measured_then_back_off() ->
     for i in range(20 * (DraftGate.PROBE_EVERY + 1)):
         if gate.choose(POLICY, [POLICY], 1, 1, True).draft:
             probes.append(i)
-            gate.record(RoundOutcome(1, True, 3.0, 1))
+            gate.record(RoundOutcome(1, True, 3.0, 1, 3))
         else:
-            gate.record(RoundOutcome(1, False, 1.0, 1))
+            gate.record(RoundOutcome(1, False, 1.0, 1, 0))
     gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
     steady = DraftGate.PROBE_EVERY + 1
     # probe k fires with k - 1 drafting rounds measured: every PROBE_LEARN + 1 rounds until
@@ -161,7 +175,7 @@ def test_a_wrong_prediction_costs_at_most_min_rounds_rounds_of_the_wrong_choice(
     for _ in range(400):
         draft = gate.choose(POLICY, [POLICY], 1, 1, True).draft
         drafted.append(draft)
-        gate.record(RoundOutcome(1, draft, 3.0 if draft else 1.0, 1))
+        gate.record(RoundOutcome(1, draft, 3.0 if draft else 1.0, 1, 3 if draft else 0))
     assert drafted[:2 * need] == [True, False] * need  # learning: alternate
     assert gate.outcomes.drafting_wins(1) is False
     steady = drafted[2 * need:]

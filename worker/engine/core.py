@@ -428,7 +428,7 @@ class EngineCore:
                 and all(p.mode == "scheduled" for p in batch.policies)):
             committed = sum(v.results[e][0] + 1 for e in range(len(batch.decode)))
             self.gate.record(RoundOutcome(len(batch.decode), bool(drafts.gate), stats.seconds,
-                                          committed))
+                                          committed, stats.verified))
         self.exporter.export(stats)
         self.last_round = stats
         for listener in self.round_listeners:

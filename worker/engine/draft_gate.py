@@ -3,7 +3,7 @@
     gate = DraftGate(costs)
     choice = gate.choose(batch_policy, policies, base_tokens, rows, measured)  # before drafting
     gate.learn(n, confidences, draft_seconds)          # after a round that drafted
-    gate.record(RoundOutcome(n, drafted, seconds, committed))  # after a round of one kind
+    gate.record(RoundOutcome(n, drafted, seconds, committed, verified))  # after a round of one kind
 
 When the scheduler would verify (almost) nothing, drafting is pure loss: a round that skips
 the drafter is a plain round. The gate decides from two sources:
@@ -20,8 +20,12 @@ the drafter is a plain round. The gate decides from two sources:
   measured break-even or loss overrules a predicted gain (near break-even the measurement
   lags a drift it cannot see between probes: a bf16 batch of 16 kept drafting on a measured
   0.95-1.00 while its drafting rounds cost 7-20 % more a token than its plain ones). A win
-  counts only if the bucket's last ``min_rounds`` drafting rounds kept a draft between them:
-  rounds that kept none committed one token a row, as plain rounds do, so they cannot win.
+  counts only if the bucket's last ``min_rounds`` drafting rounds verified a draft between
+  them: rounds whose schedule verified none committed one token a row, as plain rounds do,
+  after drafting, so they cannot win. Rejected drafts are not that case: their cost is the
+  drafter's real one, which the measurement prices (a guard on drafts *kept* read a lone
+  request's run of 8 rejected rounds as no gain and left it plain for hundreds of rounds,
+  0.90x fixed-length drafting).
 
 **Exploration has a stated bound.** A decision that holds would never measure the other
 choice again, so now and then the other choice runs once (a probe). Each situation
@@ -65,6 +69,7 @@ class RoundOutcome:
     drafted: bool  # the drafter ran
     seconds: float  # the whole round's time
     committed: int  # tokens the round committed
+    verified: int  # drafted tokens its forward verified (0 in a plain round)
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,8 @@ class DraftGate:
         # per situation (decision, bucket): [rounds since its last probe, current interval]
         self._probes: dict[tuple[bool, int], list[int]] = {}
         self._predicted: dict[tuple[int, int, tuple[int, ...]], bool] = {}
-        # per bucket: tokens the last drafting rounds committed beyond one a row
-        self._accepted: dict[int, deque[int]] = {}
+        # per bucket: drafted tokens the last drafting rounds verified
+        self._verified: dict[int, deque[int]] = {}
 
     @classmethod
     def probe_share_bound(cls) -> tuple[float, float]:
@@ -142,11 +147,11 @@ class DraftGate:
             want, why = predicted, "predicted gain" if predicted else "predicted no gain"
         elif ratio >= 1.0:
             want, why = False, "measured: drafting rounds cost more per token"
-        elif not any(self._accepted.get(b, ())):
-            # rounds that kept no draft committed what plain rounds do, after drafting: a
-            # measured win there is the machine's noise (a batch of one read 143 drafted
+        elif not any(self._verified.get(b, ())):
+            # rounds that verified no draft committed what plain rounds do, after drafting:
+            # a measured win there is the machine's noise (a batch of one read 143 drafted
             # tokens, none verified, on one such "win")
-            want, why = False, "measured: drafting rounds kept no draft"
+            want, why = False, "measured: drafting rounds verified no draft"
         elif ratio < 1.0 - self.WIN_MARGIN:
             want, why = True, "measured: drafting rounds cost less per token"
         else:  # a win by less than the margin
@@ -188,7 +193,7 @@ class DraftGate:
         if n <= 0:
             return
         if outcome.drafted:
-            self._accepted.setdefault(bucket(n), deque(maxlen=self.outcomes.min_rounds)).append(
-                outcome.committed - n)
+            self._verified.setdefault(bucket(n), deque(maxlen=self.outcomes.min_rounds)).append(
+                outcome.verified)
         self.outcomes.record(bucket(n), outcome.drafted, outcome.seconds, outcome.committed,
                              float(self.costs.cost(n)) / n)
