@@ -114,6 +114,32 @@ def test_an_unwritable_cache_changes_nothing_but_a_warning(tmp_path, monkeypatch
     assert model_cache.find(gguf) is None
 
 
+def test_a_new_conversion_of_a_file_replaces_the_old_one(tmp_path, monkeypatch):
+    """Written through ``save`` with a stand-in model whose writer only records the call: the
+    bookkeeping around it is what is tested (the real writer: the tests above)."""
+    from specd.worker import model_cache
+
+    class Written:
+        def save_pretrained(self, folder):
+            (folder / "tokenizer.json").write_text("{}")
+
+    monkeypatch.setattr(model_cache, "_write_plain_checkpoint",
+                        lambda model, folder: (folder / "model.safetensors").write_bytes(b""))
+    monkeypatch.setenv("SPECD_MODEL_CACHE", str(tmp_path / "cache"))
+    gguf, other = tmp_path / "m.gguf", tmp_path / "other.gguf"
+    gguf.write_bytes(b"GGUF one")
+    other.write_bytes(b"GGUF other")
+    old = model_cache.save(gguf, None, Written(), "f1")
+    kept = model_cache.save(other, None, Written(), "f9")
+    assert old and model_cache.find(gguf) == (old, "f1")
+    gguf.write_bytes(b"GGUF two, longer")  # the file changed: a new conversion
+    new = model_cache.save(gguf, None, Written(), "f2")
+    assert new != old and model_cache.find(gguf) == (new, "f2")
+    assert not old.exists() and kept and kept.exists()  # another file's stays
+    assert model_cache.save(gguf, None, Written(), "f3") == new  # already there: kept as is
+    assert model_cache.find(gguf) == (new, "f2")
+
+
 def test_the_cache_is_keyed_by_the_file_and_can_be_turned_off(tmp_path, monkeypatch):
     from specd.worker import model_cache
 

@@ -90,6 +90,7 @@ def save(gguf_path: Path, model: Any, tokenizer: Any, fingerprint: str) -> Path 
         os.replace(tmp, folder)  # fails if another worker got there first: theirs stays
         tmp = None
         log.info("converted %s once, into %s", gguf_path.name, folder)
+        _drop_older(root, gguf_path, keep=folder)
         return folder
     except OSError as exc:
         if not (folder / MARKER).exists():
@@ -99,6 +100,20 @@ def save(gguf_path: Path, model: Any, tokenizer: Any, fingerprint: str) -> Path 
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _drop_older(root: Path, gguf_path: Path, keep: Path) -> None:
+    """Remove conversions of the same file made before it changed (or by another transformers):
+    no key will name them again."""
+    for other in root.iterdir():
+        if other == keep or other.name.startswith("."):
+            continue
+        try:
+            same = json.loads((other / MARKER).read_text()).get("gguf") == str(gguf_path.resolve())
+        except (OSError, ValueError, AttributeError):
+            continue
+        if same:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _write_plain_checkpoint(model: Any, folder: Path) -> None:
