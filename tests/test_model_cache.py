@@ -123,8 +123,8 @@ def test_a_new_conversion_of_a_file_replaces_the_old_one(tmp_path, monkeypatch):
         def save_pretrained(self, folder):
             (folder / "tokenizer.json").write_text("{}")
 
-    monkeypatch.setattr(model_cache, "_write_plain_checkpoint",
-                        lambda model, folder: (folder / "model.safetensors").write_bytes(b""))
+    monkeypatch.setattr(model_cache, "write_plain_checkpoint", lambda model, tokenizer, folder:
+                        tokenizer.save_pretrained(folder))
     monkeypatch.setenv("SPECD_MODEL_CACHE", str(tmp_path / "cache"))
     gguf, other = tmp_path / "m.gguf", tmp_path / "other.gguf"
     gguf.write_bytes(b"GGUF one")

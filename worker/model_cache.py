@@ -83,8 +83,7 @@ def save(gguf_path: Path, model: Any, tokenizer: Any, fingerprint: str) -> Path 
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=root))
         tmp.chmod(0o755)  # readable by the serving user where the image build converted it
-        _write_plain_checkpoint(model, tmp)
-        tokenizer.save_pretrained(tmp)
+        write_plain_checkpoint(model, tokenizer, tmp)
         (tmp / MARKER).write_text(json.dumps({"gguf": str(gguf_path.resolve()),
                                               "fingerprint": fingerprint, "format": FORMAT}))
         os.replace(tmp, folder)  # fails if another worker got there first: theirs stays
@@ -93,10 +92,11 @@ def save(gguf_path: Path, model: Any, tokenizer: Any, fingerprint: str) -> Path 
         _drop_older(root, gguf_path, keep=folder)
         return folder
     except OSError as exc:
-        if not (folder / MARKER).exists():
-            log.warning("cannot cache the converted %s in %s (%s); loads keep reading the "
-                        "GGUF file", gguf_path.name, root, exc)
-        return folder if (folder / MARKER).exists() else None
+        if (folder / MARKER).exists():  # another worker's conversion won the rename
+            return folder
+        log.warning("cannot cache the converted %s in %s (%s); loads keep reading the GGUF "
+                    "file", gguf_path.name, root, exc)
+        return None
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -116,18 +116,24 @@ def _drop_older(root: Path, gguf_path: Path, keep: Path) -> None:
             shutil.rmtree(other, ignore_errors=True)
 
 
-def _write_plain_checkpoint(model: Any, folder: Path) -> None:
-    """The dequantised model as an ordinary checkpoint: transformers' ``save_pretrained``
-    refuses a model that came from GGUF (its quantizer stays attached), so the pieces are
-    written directly, the config without the GGUF quantization entry."""
+def write_plain_checkpoint(model: Any, tokenizer: Any, folder: Path,
+                           state: dict[str, Any] | None = None) -> None:
+    """A model (with ``state`` in place of its own weights, when given) as an ordinary
+    checkpoint folder: transformers' ``save_pretrained`` refuses a model that came from GGUF
+    (its quantizer stays attached), so the pieces are written directly, the config without
+    the GGUF quantization entry."""
     import copy
 
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file, save_model
 
     config = copy.deepcopy(model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
-    # save_model writes a tied tensor (embeddings and lm_head) once; loading re-ties it
-    save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if state is None:
+        # save_model writes a tied tensor (embeddings and lm_head) once; loading re-ties it
+        save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(folder)

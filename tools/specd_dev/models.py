@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +9,10 @@ from typing import Any
 def perturbed_copy(target: Any, directory: Path, scale: float = 0.05) -> Path:
     """The embedded model (a loaded ``specd.worker.model.LoadedModel``) with every weight
     matrix of its decoder layers perturbed (a "changed target": another fine-tune, a broken
-    quantisation), saved as safetensors with its config and tokenizer (transformers will not
-    re-save a GGUF-loaded model itself)."""
+    quantisation), saved as float32 safetensors with its config and tokenizer."""
     import torch
-    from safetensors.torch import save_file
+
+    from specd.worker.model_cache import write_plain_checkpoint
 
     generator = torch.Generator().manual_seed(0)
     state = {}
@@ -23,9 +22,5 @@ def perturbed_copy(target: Any, directory: Path, scale: float = 0.05) -> Path:
             value.mul_(1 + scale * torch.randn(value.shape, generator=generator))
         state[key] = value
     directory.mkdir(parents=True)
-    config = target.model.config.to_dict()
-    config.pop("quantization_config", None)  # the copy is plain float32 safetensors
-    (directory / "config.json").write_text(json.dumps(config))
-    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    target.tokenizer.save_pretrained(directory)
+    write_plain_checkpoint(target.model, target.tokenizer, directory, state)
     return directory
