@@ -115,8 +115,9 @@ def test_an_unwritable_cache_changes_nothing_but_a_warning(tmp_path, monkeypatch
 
 
 def test_a_new_conversion_of_a_file_replaces_the_old_one(tmp_path, monkeypatch):
-    """Written through ``save`` with a stand-in model whose writer only records the call: the
-    bookkeeping around it is what is tested (the real writer: the tests above)."""
+    """Written through ``save`` with the checkpoint writer replaced by one that writes only a
+    stand-in tokenizer: the keys, rename and pruning around it are what is tested (the real
+    writer: the tests above, against a GGUF load)."""
     from specd.worker import model_cache
 
     class Written:

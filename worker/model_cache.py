@@ -105,11 +105,12 @@ def save(gguf_path: Path, model: Any, tokenizer: Any, fingerprint: str) -> Path 
 def _drop_older(root: Path, gguf_path: Path, keep: Path) -> None:
     """Remove conversions of the same file made before it changed (or by another transformers):
     no key will name them again."""
+    source = str(gguf_path.resolve())
     for other in root.iterdir():
         if other == keep or other.name.startswith("."):
             continue
         try:
-            same = json.loads((other / MARKER).read_text()).get("gguf") == str(gguf_path.resolve())
+            same = json.loads((other / MARKER).read_text()).get("gguf") == source
         except (OSError, ValueError, AttributeError):
             continue
         if same:
