@@ -243,10 +243,14 @@ def test_operator_killed_at_every_point_of_a_canary_resumes_it(cluster, op) -> N
     services = svc.core.list_namespaced_service(namespace, label_selector=(
         f"{k8s.LABEL_SERVICE}=killed")).items
     assert (len(deployments), len(configmaps), len(services)) == (2, 2, 1)
+    # Events are posted after the tick's status write, from kopf's in-memory queue: a kill in
+    # between loses that tick's Events (the test kills right after seeing each status), but a
+    # restarted operator never posts a decision twice -- the ids acted on once each
     reasons = svc.events()
-    assert reasons.count("RolloutCompleted") == 1 and reasons.count("RolloutRetried") == 1
-    # the ids acted on once each, whatever the kills
-    assert reasons.count("StepPromoted") == 1
+    for once in ("RolloutStarted", "RolledBack", "RolloutRetried", "StepPromoted",
+                 "RolloutCompleted"):
+        assert reasons.count(once) <= 1, reasons
+    assert reasons.count("StepCompleted") >= 1, reasons
     # the history store holds the rollout once and no transition twice, whatever the kills
     # (a kill between a tick's status write and its store write may lose that tick's rows:
     # at most once, never twice)
