@@ -8,6 +8,7 @@ import pytest
 from specd.worker.bench.engine_bench import mark_matches, report, run_engine_groups
 from specd.worker.bench.groups import parse_groups
 from specd.worker.bench.prompts import BenchPrompt
+from specd.worker.bench.run_order import group_orders
 
 pytestmark = pytest.mark.model
 
@@ -21,8 +22,11 @@ def test_groups_run_interleaved_and_match_plain(target, chat_prompt_ids, same_or
                                 on_cell=lambda g, c: seen.append((g, c)),
                                 engine_options={"cost_profile": "none"})
     names = [g.name for g in groups]
-    # all groups at c=1, then all at c=2, the second pass in reverse order
-    assert seen == [(n, 1) for n in names] + [(n, 2) for n in reversed(names)]
+    # all groups at c=1 in their own order, then all at c=2 in the design's next order, which
+    # does not start with the group that ended the first
+    second = [names[i] for i in group_orders(len(names))[1]]
+    assert seen == [(n, 1) for n in names] + [(n, 2) for n in second]
+    assert sorted(second) == sorted(names) and second[0] != names[-1]
     starts = {(g, c): cell.started_s for g, cells in results.items() for c, cell in cells.items()}
     assert max(starts[(n, 1)] for n in names) < min(starts[(n, 2)] for n in names)
     mark_matches(results)
@@ -55,7 +59,7 @@ def test_min_seconds_repeats_passes_and_reports_the_median(target, chat_prompt_i
     results = run_engine_groups(target, groups, prompts, [1], max_tokens=6, k=3,
                                 on_cell=lambda g, c: seen.append((g, c)),
                                 engine_options={"cost_profile": "none"}, min_seconds=1e9)
-    # never long enough: MAX_PASSES passes, the order alternating between passes
+    # never long enough: MAX_PASSES passes, the order of two groups alternating
     assert seen == [("plain", 1), ("ngram", 1), ("ngram", 1), ("plain", 1), ("plain", 1),
                     ("ngram", 1)]
     cell = results["plain"][1]
@@ -114,7 +118,7 @@ def test_groups_take_each_slice_in_turn(target, chat_prompt_ids, monkeypatch):
     results = run_engine_groups(target, parse_groups("plain,ngram"), prompts, [1], max_tokens=5,
                                 k=3, on_cell=lambda g, c: seen.append((g, c)),
                                 engine_options={"cost_profile": "none"})
-    # one pass, two slices, the order alternating from slice to slice
+    # one pass, two slices, the order of two groups alternating from slice to slice
     assert seen == [("plain", 1), ("ngram", 1), ("ngram", 1), ("plain", 1)]
     for name in ("plain", "ngram"):
         cell = results[name][1]

@@ -6,10 +6,10 @@ same process and the same prompts, so the ratios between groups are what to read
 machine is shared and noisy; absolute numbers drift, ratios measured side by side do not).
 Engine groups run interleaved (all groups at one concurrency, then the next), so the cells
 compared with each other are measured close together in time. With ``--min-seconds S`` the
-groups at one concurrency run in repeated passes (order alternating) until each has run S
-seconds there, and a cell's tokens/s is the median of its passes: short cells (high
-concurrency, a few seconds each) are the noisiest, and they get the most passes. Within a pass
-the prompts run in slices (``slices``: whole waves of C, at least ``SLICE_PROMPTS`` prompts),
+groups at one concurrency run in repeated passes (the order turning, ``run_order``) until
+each has run S seconds there, and a cell's tokens/s is the median of its passes: short cells
+(high concurrency, a few seconds each) are the noisiest, and they get the most passes. Within
+a pass the prompts run in slices (``slices``: whole waves of C, at least ``SLICE_PROMPTS`` prompts),
 every group taking each slice in turn, so a slow minute of the machine falls on
 every group alike instead of on whichever group's long cell it hit (at C=1 one group's pass
 over 40 prompts took about 80 s).
@@ -43,6 +43,7 @@ from specd.api import metrics as names
 from specd.worker.bench.drafting_ledger import Ledger, Round, drafting_ledger
 from specd.worker.bench.groups import TWIN, Group, kind_of, parse_sampling
 from specd.worker.bench.prompts import BenchPrompt
+from specd.worker.bench.run_order import group_orders
 
 
 @dataclass
@@ -322,8 +323,9 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
     run (its round thread only while its cell runs), so the groups compared at a concurrency
     run minutes apart rather than an hour apart
     (this machine's speed drifts); each pass runs the prompts in ``slices``, every group
-    taking each slice, the order of the groups alternating from slice to slice so no group
-    always runs first. With ``min_seconds`` the groups at a concurrency repeat in
+    taking each slice, the order of the groups turning from slice to slice in a balanced
+    design (``run_order``) so no group always runs first, or after the same group, or twice in a
+    row. With ``min_seconds`` the groups at a concurrency repeat in
     passes until each has run that long there (at most ``MAX_PASSES``), and in at least
     ``passes`` passes (a count of repeats that does not depend on how fast a cell runs); every
     cell then holds all its passes (``Cell.add_pass``). ``on_cell(group, concurrency)`` is
@@ -365,12 +367,13 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
             await engine.stop()
             shared = shared or engine.costs
         began = time.perf_counter()
+        orders = group_orders(len(groups))
         turn = 0
         for concurrency in concurrencies:
             for done in range(1, max(MAX_PASSES, passes) + 1):
                 this_pass: dict[str, Cell] = {}
                 for lo, hi in slices(len(prompts), concurrency):
-                    order = list(groups) if turn % 2 == 0 else list(reversed(groups))
+                    order = [groups[i] for i in orders[turn % len(orders)]]
                     turn += 1
                     for group in order:
                         if on_cell is not None:

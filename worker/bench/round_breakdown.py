@@ -1,8 +1,8 @@
 """``specd bench rounds``: where a round's time goes, per group, side by side in one run.
 
 Each group's engine runs the same prompts at one concurrency, the groups taking turns pass by
-pass (order alternating). Every round's ``RoundStats`` is kept; the report compares rounds of
-the same shape: full-batch decode rounds (``concurrency`` decoding rows, no prefill chunk in
+pass (in a balanced order, ``run_order``). Every round's ``RoundStats`` is kept; the report
+compares rounds of the same shape: full-batch decode rounds (``concurrency`` decoding rows, no prefill chunk in
 the forward). For each group: the mean milliseconds of each part (gate, draft, schedule,
 forward, accept, commit; they sum to the round), rounds that drafted vs not, drafted tokens
 verified per request per round, and the whole run's tokens/s against plain. A scheduled round
@@ -25,6 +25,7 @@ from typing import Any
 
 from specd.worker.bench.groups import Group
 from specd.worker.bench.prompts import BenchPrompt
+from specd.worker.bench.run_order import group_orders
 
 PARTS = ("gate", "draft", "schedule", "forward", "accept", "commit")
 
@@ -99,8 +100,9 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
         engines[g.name] = engine
     out = {g.name: GroupRounds(g.name) for g in groups}
     logs = {name: _GateLog(engine.core) for name, engine in engines.items()}
+    orders = group_orders(len(groups))
     for turn in range(passes):
-        for g in (groups if turn % 2 == 0 else list(reversed(groups))):
+        for g in [groups[i] for i in orders[turn % len(orders)]]:
             core, rec, log = engines[g.name].core, out[g.name], logs[g.name]
             for p in prompts:
                 core.add(GenerationRequest(list(p.token_ids),
