@@ -164,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         "length_spread": args.length_spread,
         "sampling": args.sampling,
         "cost_profile": args.cost_profile,
-        "slice_prompts": bench.SLICE_PROMPTS})
+        "slice_prompts": bench.SLICE_PROMPTS,
+        # runs before 2026-12-07 alternated ABCD/DCBA (run_order's docstring says why not)
+        "slice_order": "balanced"})
     print(bench.format_table(doc))
     bench.write_json(doc, args.json_out)
     return 0
