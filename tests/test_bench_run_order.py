@@ -40,3 +40,12 @@ def test_two_groups_alternate_and_none_is_refused() -> None:
     assert group_orders(2) == [(0, 1), (1, 0)]
     with pytest.raises(ValueError, match="at least 1"):
         group_orders(0)
+
+
+def test_the_command_names_the_cells_whose_places_stay_uneven(capsys) -> None:
+    from specd.commands.bench import _warn_uneven_order
+
+    _warn_uneven_order(4, {16: 16, 32: 6})  # 4 groups: a cycle is 4 slices
+    _warn_uneven_order(3, {4: 12})  # 3 groups: 6
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "c=32" in lines[0] and "(4 slices a cycle)" in lines[0]

@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "each has run this long there (median pass reported; at most "
                              "5 passes)")
     engine.add_argument("--passes", type=int, default=1,
-                        help="run every cell in at least this many alternating passes "
-                             "(with --min-seconds, whichever asks for more; median reported)")
+                        help="run every cell in at least this many passes (with "
+                             "--min-seconds, whichever asks for more; median reported); the "
+                             "groups' order is balanced over whole cycles of slices")
     engine.add_argument("--sampling", default="greedy",
                         help="comma-separated sampling variants, each engine group runs once "
                              "per variant as <group>@<variant>: greedy, tT (unseeded, the "
@@ -53,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rounds = sub.add_parser(
         "rounds", help="where a round's time goes (gate, draft, schedule, forward, accept, "
                        "commit), per group, at one concurrency",
-        description="Run groups over a prompt file at one concurrency in alternating passes; "
-                    "compare full-batch decode rounds part by part. Greedy, EOS ignored.")
+        description="Run groups over a prompt file at one concurrency in passes, the "
+                    "groups' order turning in a balanced design; compare full-batch decode "
+                    "rounds part by part. Greedy, EOS ignored.")
     rounds.add_argument("--model", default="smollm2-135m", help="target model reference")
     rounds.add_argument("--groups", default="plain,semi-ar-fixed,semi-ar-scheduled",
                         help="comma-separated engine groups (plain is always added)")
@@ -64,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_prompt_choice(rounds)
     rounds.add_argument("--max-tokens", type=int, default=64)
     rounds.add_argument("--k", type=int, default=3, help="draft length K")
-    rounds.add_argument("--passes", type=int, default=2)
+    rounds.add_argument("--passes", type=int, default=None,
+                        help="passes over the prompts (default: one cycle of the groups' "
+                             "balanced order: as many as groups, twice that for an odd count)")
     rounds.add_argument("--open-gate", action="store_true",
                         help="also run each scheduled group with its draft gate held open "
                              "(every round drafts: the engine before issue 26's fix)")
@@ -112,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
                          "emit --max-tokens each)")
     prompt_file = args.prompts or DEFAULT_PROMPTS
     rows, chosen = select_rows(read_prompt_file(prompt_file), args.limit, args.sample)
+    engine_count = sum(1 for g in groups if not g.peer)
+    if engine_count:
+        _warn_uneven_order(engine_count, {c: len(bench.slices(len(rows), c)) * args.passes
+                                          for c in concurrencies})
     torch.manual_seed(0)
     # tensor work runs on one live thread at a time: the engines' round threads and a
     # short-lived thread for transformers' loops, never the main thread (see engine.threads)
@@ -186,6 +194,7 @@ def run_rounds(args: argparse.Namespace) -> int:
         read_prompt_file,
         select_rows,
     )
+    from specd.worker.bench.run_order import group_orders
     from specd.worker.model import load_model
 
     groups = parse_groups(args.groups)
@@ -193,8 +202,11 @@ def run_rounds(args: argparse.Namespace) -> int:
         raise SpecdError("specd bench rounds runs engine groups only")
     if args.open_gate:
         groups = round_breakdown.with_open_gate(groups)
+    if args.passes is None:
+        args.passes = len(group_orders(len(groups)))
     if min(args.concurrency, args.max_tokens, args.k, args.passes) < 1:
         raise SpecdError("--concurrency, --max-tokens, --k and --passes must be >= 1")
+    _warn_uneven_order(len(groups), {args.concurrency: args.passes})
     prompt_file = args.prompts or HELDOUT_PROMPTS
     rows, chosen = select_rows(read_prompt_file(prompt_file), args.limit, args.sample)
     torch.manual_seed(0)
@@ -215,9 +227,25 @@ def run_rounds(args: argparse.Namespace) -> int:
                       + ", ".join(f"{why}: {n}" for why, n in d[key].items()))
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
-                "passes": args.passes, "open_gate": args.open_gate, "prompts": len(prompts),
+                "passes": args.passes, "slice_order": "balanced",
+                "open_gate": args.open_gate, "prompts": len(prompts),
                 "prompt_file": str(prompt_file), "prompts_chosen": chosen,
                 "dtype": str(loaded.dtype), "device": str(loaded.device)}
         with open(args.json_out, "w") as f:
             json.dump({"meta": meta, "groups": doc}, f, indent=1)
     return 0
+
+
+def _warn_uneven_order(groups: int, slices_at: dict[int, int]) -> None:
+    """Say where a cell's slices are not whole cycles of the groups' balanced order: there
+    the groups did not take each place equally often, and a place can move a ratio."""
+    import sys
+
+    from specd.worker.bench.run_order import group_orders
+
+    cycle = len(group_orders(groups))
+    for concurrency, count in slices_at.items():
+        if count % cycle:
+            print(f"note: at c={concurrency} the {count} slices are not whole cycles of the "
+                  f"{groups} groups' order ({cycle} slices a cycle): their places stay "
+                  "uneven (choose --passes to make them whole)", file=sys.stderr, flush=True)

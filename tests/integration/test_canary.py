@@ -247,9 +247,12 @@ def test_operator_killed_at_every_point_of_a_canary_resumes_it(cluster, op) -> N
     # between loses that tick's Events (the test kills right after seeing each status), but a
     # restarted operator never posts a decision twice -- the ids acted on once each
     reasons = svc.events()
-    for once in ("RolloutStarted", "RolledBack", "RolloutRetried", "StepPromoted",
-                 "RolloutCompleted"):
+    decisions = ("RolloutStarted", "RolledBack", "RolloutRetried", "StepPromoted",
+                 "RolloutCompleted")
+    for once in decisions:
         assert reasons.count(once) <= 1, reasons
+    # a loss needs a kill inside the few milliseconds before kopf posts: most are posted
+    assert sum(reason in reasons for reason in decisions) >= 3, reasons
     assert reasons.count("StepCompleted") >= 1, reasons
     # the history store holds the rollout once and no transition twice, whatever the kills
     # (a kill between a tick's status write and its store write may lose that tick's rows:
