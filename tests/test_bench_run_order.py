@@ -49,3 +49,11 @@ def test_the_command_names_the_cells_whose_places_stay_uneven(capsys) -> None:
     _warn_uneven_order(3, {4: 12})  # 3 groups: 6
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "c=32" in lines[0] and "(4 slices a cycle)" in lines[0]
+
+
+def test_in_turn_cycles_through_the_orders() -> None:
+    from specd.worker.bench.run_order import in_turn
+
+    orders = group_orders(3)
+    assert [in_turn("abc", t) for t in range(len(orders) + 1)] == (
+        [["abc"[i] for i in order] for order in orders] + [list("abc")])

@@ -43,7 +43,7 @@ from specd.api import metrics as names
 from specd.worker.bench.drafting_ledger import Ledger, Round, drafting_ledger
 from specd.worker.bench.groups import TWIN, Group, kind_of, parse_sampling
 from specd.worker.bench.prompts import BenchPrompt
-from specd.worker.bench.run_order import group_orders
+from specd.worker.bench.run_order import in_turn
 
 
 @dataclass
@@ -367,13 +367,12 @@ def run_engine_groups(loaded: Any, groups: Sequence[Group], prompts: Sequence[Be
             await engine.stop()
             shared = shared or engine.costs
         began = time.perf_counter()
-        orders = group_orders(len(groups))
         turn = 0
         for concurrency in concurrencies:
             for done in range(1, max(MAX_PASSES, passes) + 1):
                 this_pass: dict[str, Cell] = {}
                 for lo, hi in slices(len(prompts), concurrency):
-                    order = [groups[i] for i in orders[turn % len(orders)]]
+                    order = in_turn(groups, turn)
                     turn += 1
                     for group in order:
                         if on_cell is not None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from specd.worker.bench.groups import Group
 from specd.worker.bench.prompts import BenchPrompt
-from specd.worker.bench.run_order import group_orders
+from specd.worker.bench.run_order import in_turn
 
 PARTS = ("gate", "draft", "schedule", "forward", "accept", "commit")
 
@@ -100,9 +100,8 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
         engines[g.name] = engine
     out = {g.name: GroupRounds(g.name) for g in groups}
     logs = {name: _GateLog(engine.core) for name, engine in engines.items()}
-    orders = group_orders(len(groups))
     for turn in range(passes):
-        for g in [groups[i] for i in orders[turn % len(orders)]]:
+        for g in in_turn(groups, turn):
             core, rec, log = engines[g.name].core, out[g.name], logs[g.name]
             for p in prompts:
                 core.add(GenerationRequest(list(p.token_ids),

@@ -13,6 +13,17 @@ shorter one still never repeats a group, but its places stay uneven."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def in_turn(items: Sequence[T], turn: int) -> list[T]:
+    """``items`` in the order the ``turn``-th slice (counted from 0) takes them."""
+    orders = group_orders(len(items))
+    return [items[i] for i in orders[turn % len(orders)]]
+
 
 def group_orders(n: int) -> list[tuple[int, ...]]:
     """One cycle of orders of ``n`` groups (indices), the first the groups' own order.
