@@ -3,7 +3,7 @@
     .venv/bin/python docs/bench/gc_time_by_group.py worker/bench/prompts.jsonl 4
 
 Runs plain, fixed K=3 and Scheme B over a spread sample of N prompts at c=1 (128 tokens,
-float32, the bench's own engines and order) and prints, per group, its seconds, tau and the
+float32, one pass of the bench's own engines) and prints, per group, its seconds, tau and the
 collections seen by ``gc.callbacks`` (count and seconds per generation). A check on one
 suspect for a whole round running slower in one group (docs/bench/RESULTS.md).
 """
