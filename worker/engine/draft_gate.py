@@ -13,7 +13,7 @@ the drafter is a plain round. The gate decides from two sources:
   table; cached until the drafter's statistics change;
 - the **measurement** (``DraftOutcomes``): what drafting and plain rounds of this batch size
   really cost per committed token, each round priced against the other kind's rounds just
-  before it (a machine's speed drifts between probes); once both kinds were seen, it
+  before and after it (a machine's speed drifts between probes); once both kinds were seen, it
   decides, and drafting must win clearly: by ``WIN_MARGIN`` a committed token. A measured
   win overrules a predicted loss (a start-up table that overpriced a lone row's verify kept
   a lone request plain at 1.05x plain decoding where fixed-length drafting made 1.36x), and a

@@ -10,14 +10,18 @@ Two rules shape it:
 - **Tokens, not rounds.** Acceptance is bursty: a round that commits 1 token must not weigh
   as much as one that commits 4. Costs and committed tokens are averaged apart and divided
   (a ratio of means, never a mean of per-round ratios).
-- **Paired in time.** The gate keeps one kind of round most of the time and runs the other
-  now and then (a probe), so the two kinds' rounds lie minutes apart, and a machine's speed
-  drifts by more than the margins compared here (20 % between passes on a shared CPU). Each
-  round is therefore priced against the other kind's last ``RECENT`` rounds of its batch
-  bucket, when those are fresh (all within the bucket's last ``FRESH`` recorded rounds): a
-  probe against the rounds just before it. Running means over each kind alone compared a
-  drafting probe from a slow minute with plain rounds of a fast one: a bench cell at c=32
-  drafted on a measured "win" that cost 4 % more per token.
+- **Paired in time, on both sides.** The gate keeps one kind of round most of the time and
+  runs the other now and then (a probe), so the two kinds' rounds lie minutes apart, and a
+  machine's speed drifts by more than the margins compared here (20 % between passes on a
+  shared CPU). Each round is therefore priced against the other kind's ``SIDE`` rounds of its
+  batch bucket just before it and its ``SIDE`` just after, all within ``FRESH`` recorded
+  rounds of it: a probe against the rounds around it, priced once those after it have run.
+  Running means over each kind alone compared a drafting probe from a slow minute with plain
+  rounds of a fast one: a bench cell at c=32 drafted on a measured "win" that cost 4 % more
+  per token. Pricing against the rounds before only read a trend as a difference: while
+  rounds slowed (bfloat16 rounds of 32 rows went from 61 to 110 ms over a cell's first 40
+  rounds), plain probes in three of four traced passes cost 11-16 % more a token than the
+  drafting rounds before them and 0-6 % more than those around them.
 
 Costs are in units of the cost table's plain time per token at the round's batch size, so
 batches of different sizes in one bucket compare. Pure: the engine hands it numbers.
@@ -27,10 +31,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
 
 class _Paired:
-    """Running means of one kind's rounds priced against the other kind's recent level."""
+    """Running means of one kind's rounds priced against the other kind's level around them."""
 
     def __init__(self) -> None:
         self.cost = 0.0  # round cost over the other kind's cost per token, at the time
@@ -48,17 +53,29 @@ class _Paired:
         return self.cost / self.tokens
 
 
+@dataclass
+class _Pending:
+    """A round waiting for the other kind's rounds after it."""
+
+    index: int
+    drafted: bool
+    cost: float
+    committed: int
+    around: list[tuple[int, float, int]]  # the other kind's rounds: (index, cost, committed)
+
+
 class DraftOutcomes:
-    RECENT = 4  # the other kind's level: the mean over its last 4 rounds of the bucket ...
-    FRESH = 16  # ... when all of them lie within the bucket's last 16 recorded rounds
+    SIDE = 2  # the other kind's level: its 2 rounds of the bucket before a round, 2 after ...
+    FRESH = 16  # ... each within 16 recorded rounds of it
 
     def __init__(self, ema: float = 0.05, min_rounds: int = 8) -> None:
         self.ema = ema
         self.min_rounds = min_rounds
         self._count: dict[tuple[int, bool], int] = {}
         self._index: dict[int, int] = {}  # rounds recorded per bucket
-        # per (bucket, kind): its last RECENT rounds as (index, cost, committed)
+        # per (bucket, kind): its last SIDE rounds as (index, cost, committed)
         self._recent: dict[tuple[int, bool], deque[tuple[int, float, int]]] = {}
+        self._pending: dict[int, list[_Pending]] = {}  # per bucket
         self._paired: dict[tuple[int, bool], _Paired] = {}
 
     def record(self, bucket: int, drafted: bool, seconds: float, committed: int,
@@ -68,19 +85,30 @@ class DraftOutcomes:
         key = (bucket, drafted)
         index = self._index[bucket] = self._index.get(bucket, 0) + 1
         cost = seconds / plain_seconds_per_token
-        level = self._level(bucket, not drafted, index)
-        if level is not None:
-            self._paired.setdefault(key, _Paired()).add(cost / level, committed, self.ema)
-        self._recent.setdefault(key, deque(maxlen=self.RECENT)).append((index, cost, committed))
+        self._settle(bucket, (index, cost, committed), drafted)
+        before = self._recent.get((bucket, not drafted), ())
+        if len(before) == self.SIDE and index - before[0][0] <= self.FRESH:
+            self._pending.setdefault(bucket, []).append(
+                _Pending(index, drafted, cost, committed, list(before)))
+        self._recent.setdefault(key, deque(maxlen=self.SIDE)).append((index, cost, committed))
         self._count[key] = self._count.get(key, 0) + 1
 
-    def _level(self, bucket: int, drafted: bool, now: int) -> float | None:
-        """Cost per committed token of this kind's last rounds, if they are fresh."""
-        recent = self._recent.get((bucket, drafted))
-        if not recent or now - recent[0][0] > self.FRESH:
-            return None
-        return sum(c for _, c, _ in recent) / sum(t for _, _, t in recent)
-
+    def _settle(self, bucket: int, new: tuple[int, float, int], drafted: bool) -> None:
+        """The new round follows the pending rounds of the other kind: those it completes
+        are priced; those it leaves stale are dropped (not evidence)."""
+        kept = []
+        for p in self._pending.get(bucket, []):
+            if new[0] - p.index > self.FRESH:
+                continue
+            if p.drafted != drafted:
+                p.around.append(new)
+                if len(p.around) == 2 * self.SIDE:
+                    level = sum(c for _, c, _ in p.around) / sum(t for _, _, t in p.around)
+                    self._paired.setdefault((bucket, p.drafted), _Paired()).add(
+                        p.cost / level, p.committed, self.ema)
+                    continue
+            kept.append(p)
+        self._pending[bucket] = kept
     def count(self, bucket: int, drafted: bool) -> int:
         """Rounds of this kind recorded in the bucket."""
         return self._count.get((bucket, drafted), 0)
