@@ -126,3 +126,17 @@ def test_only_fresh_rounds_of_the_other_kind_on_both_sides_price_a_round():
     out.record(1, False, 1.0, 1, 1.0)
     assert out.pairs(1) == 1
     assert DraftOutcomes().cost_ratio(1) is None
+
+
+def test_no_round_is_priced_across_an_idle_spell():
+    """A bench cell's engine stops and starts again minutes later (a server's traffic pauses):
+    the rounds on either side are a few rounds apart, not a few moments."""
+    out = DraftOutcomes()
+    alternate(out, 1, 4, drafting=(0.030, 8))
+    measured = out.pairs(1)
+    assert measured == 2  # the 4th and 5th of 8
+    out.pause()
+    alternate(out, 1, 1, drafting=(0.030, 8))  # these two would complete the last two rounds
+    assert out.pairs(1) == measured
+    alternate(out, 1, 3, drafting=(0.030, 8))  # after the spell, pairs come as at the start
+    assert out.pairs(1) == measured + 2

@@ -253,6 +253,7 @@ class EngineCore:
         self._apply_inbox()
         self._admit()
         if not self.running:
+            self.gate.idle()
             self._gauges()
             return False
         clock = _Clock()

@@ -4,6 +4,7 @@
     choice = gate.choose(batch_policy, policies, base_tokens, rows, measured)  # before drafting
     gate.learn(n, confidences, draft_seconds)          # after a round that drafted
     gate.record(RoundOutcome(n, drafted, seconds, committed, verified))  # after a round of one kind
+    gate.idle()                                        # the engine has nothing to run
 
 When the scheduler would verify (almost) nothing, drafting is pure loss: a round that skips
 the drafter is a plain round. The gate decides from two sources:
@@ -169,6 +170,10 @@ class DraftGate:
             return Choice(not want, probe=True, why=f"probe ({why})")
         probe[0] += 1
         return Choice(want, why=why)
+
+    def idle(self) -> None:
+        """The engine has nothing to run: the measurement pairs no rounds across the gap."""
+        self.outcomes.pause()
 
     def learn(self, n: int, confidences: Sequence[Sequence[float]], seconds: float) -> None:
         """A round drafted for ``n`` requests in ``seconds``: running means of the

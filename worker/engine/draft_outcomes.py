@@ -15,7 +15,8 @@ Two rules shape it:
   machine's speed drifts by more than the margins compared here (20 % between passes on a
   shared CPU). Each round is therefore priced against the other kind's ``SIDE`` rounds of its
   batch bucket just before it and its ``SIDE`` just after, all within ``FRESH`` recorded
-  rounds of it: a probe against the rounds around it, priced once those after it have run.
+  rounds of it and none across an idle spell (``pause``): a probe against the rounds around
+  it, priced once those after it have run.
   Running means over each kind alone compared a drafting probe from a slow minute with plain
   rounds of a fast one: a bench cell at c=32 drafted on a measured "win" that cost 4 % more
   per token. Pricing against the rounds before only read a trend as a difference: while
@@ -92,6 +93,13 @@ class DraftOutcomes:
                 _Pending(index, drafted, cost, committed, list(before)))
         self._recent.setdefault(key, deque(maxlen=self.SIDE)).append((index, cost, committed))
         self._count[key] = self._count.get(key, 0) + 1
+
+    def pause(self) -> None:
+        """The engine went idle: rounds on the two sides of an idle spell lie apart in time
+        however few rounds apart (a bench cell's engine stops and starts; a server's
+        traffic pauses), so none prices another across it. What was measured stays."""
+        self._recent.clear()
+        self._pending.clear()
 
     def _settle(self, bucket: int, new: tuple[int, float, int], drafted: bool) -> None:
         """The new round follows the pending rounds of the other kind: those it completes
