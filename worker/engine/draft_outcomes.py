@@ -19,10 +19,11 @@ Two rules shape it:
   it, priced once those after it have run.
   Running means over each kind alone compared a drafting probe from a slow minute with plain
   rounds of a fast one: a bench cell at c=32 drafted on a measured "win" that cost 4 % more
-  per token. Pricing against the rounds before only read a trend as a difference: while
-  rounds slowed (bfloat16 rounds of 32 rows went from 61 to 110 ms over a cell's first 40
-  rounds), plain probes in three of four traced passes cost 11-16 % more a token than the
-  drafting rounds before them and 0-6 % more than those around them.
+  per token. Pricing against the rounds before only reads a trend as a difference: rounds
+  that slow down (bfloat16 rounds of 32 rows went from 61 to 110 ms over a bench cell's
+  first 40 rounds) make the probe look dearer than the incumbent kind, by the slope times the
+  lag (``tests/engine/test_draft_outcomes.py``: 2.5-3.5 % on a simulated engine slowing so,
+  within 0.4 % priced on both sides).
 
 Costs are in units of the cost table's plain time per token at the round's batch size, so
 batches of different sizes in one bucket compare. Pure: the engine hands it numbers.
