@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
@@ -47,19 +48,23 @@ def test_tokens_weigh_not_rounds():
     assert out.drafting_wins(1) is True
 
 
-def drifting(rounds: int, ratio: float, probe_drafts: bool,
-             every: int = 17) -> list[tuple[bool, float]]:
-    """(drafted, seconds) of one-row rounds committing one token each, on a machine whose
-    speed swings by +-20 % over 300 rounds; one kind runs every ``every``-th round (the
+def probed(rounds: int, ratio: float, probe_drafts: bool, slowness: Callable[[int], float],
+           every: int = 17) -> list[tuple[bool, float]]:
+    """(drafted, seconds) of one-row rounds committing one token each, round i taking
+    ``slowness(i)`` times its kind's cost; one kind runs every ``every``-th round (the
     gate's probes, after 16 rounds of alternation while it learns), the other the rest.
     ``ratio``: what a drafting round really costs per token against a plain one."""
     out = []
     for i in range(rounds):
-        slow = 1.0 + 0.2 * math.sin(2 * math.pi * i / 300)
         minority = i % 2 == 0 if i < 16 else i % every == 0
         drafted = minority if probe_drafts else not minority
-        out.append((drafted, slow * (ratio if drafted else 1.0)))
+        out.append((drafted, slowness(i) * (ratio if drafted else 1.0)))
     return out
+
+
+def drifting(i: int) -> float:
+    """A machine whose speed swings by +-20 % over 300 rounds."""
+    return 1.0 + 0.2 * math.sin(2 * math.pi * i / 300)
 
 
 @pytest.mark.parametrize("ratio, probe_drafts", [(1.04, True), (0.96, False),
@@ -71,7 +76,7 @@ def test_a_machine_that_drifts_does_not_turn_the_comparison(ratio, probe_drafts)
     around it, the comparison holds at every round, whichever kind the probes run."""
     out = DraftOutcomes()
     verdicts = set()
-    for drafted, seconds in drifting(1500, ratio, probe_drafts):
+    for drafted, seconds in probed(1500, ratio, probe_drafts, drifting):
         out.record(1, drafted, seconds, 1, 1.0)
         if out.drafting_wins(1) is not None:
             verdicts.add(out.drafting_wins(1))
@@ -79,18 +84,11 @@ def test_a_machine_that_drifts_does_not_turn_the_comparison(ratio, probe_drafts)
     assert verdicts == {ratio < 1.0}
 
 
-def warming(rounds: int, ratio: float, probe_drafts: bool, every: int = 17,
-            cell: int = 150) -> list[tuple[bool, float]]:
-    """As ``drifting``, on an engine whose rounds slow after each start: 60 % slower over
-    its first ~50 rounds, then level, in cells of 150 rounds (bfloat16 rounds of 32 rows
-    went from 61 to 110 ms over a bench cell's first 40 rounds)."""
-    out = []
-    for i in range(rounds):
-        slow = 1.0 + 0.6 * (1.0 - math.exp(-(i % cell) / 25))
-        minority = i % 2 == 0 if i < 16 else i % every == 0
-        drafted = minority if probe_drafts else not minority
-        out.append((drafted, slow * (ratio if drafted else 1.0)))
-    return out
+def warming(i: int) -> float:
+    """An engine whose rounds slow after each start: 60 % slower over its first ~50 rounds,
+    then level, in cells of 150 rounds (bfloat16 rounds of 32 rows went from 61 to 110 ms
+    over a bench cell's first 40 rounds)."""
+    return 1.0 + 0.6 * (1.0 - math.exp(-(i % 150) / 25))
 
 
 @pytest.mark.parametrize("ratio, probe_drafts", [(1.04, True), (0.96, False),
@@ -101,7 +99,7 @@ def test_rounds_that_slow_down_do_not_read_as_a_difference(ratio, probe_drafts):
     whichever ran as probes. Priced against rounds on both sides, the trend cancels."""
     out = DraftOutcomes()
     seen = 0
-    for drafted, seconds in warming(1500, ratio, probe_drafts):
+    for drafted, seconds in probed(1500, ratio, probe_drafts, warming):
         out.record(1, drafted, seconds, 1, 1.0)
         if out.measured_ratio(1) is not None:
             seen += 1
