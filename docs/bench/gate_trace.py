@@ -11,7 +11,7 @@ choice and why, the measured ratio, each measured round's rows, kind, seconds an
 
 ``price OUT``: per stretch of the scheduled engine's rounds (a slice; a gap of 2 s between
 rounds starts a new one): its rounds, drafting rounds, the drafting ledger (each drafting
-round against the 8 nearest plain rounds of its row count, as ``drafting_ledger``), and the
+round against the 8 nearest plain rounds of its row count: ``drafting_ledger``), and the
 plain probes priced per committed token against the drafting rounds of their row count just
 before them (4, as ``DraftOutcomes`` did before 2026-12-07) and around them (2 before, 2
 after, as it does since), as geometric means over the probes both can price. A check of the gate's measurement against a
@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specd.worker.bench import engine_bench as bench
+from specd.worker.bench.drafting_ledger import Round, drafting_ledger
 from specd.worker.bench.groups import parse_groups
 from specd.worker.bench.prompts import encode_prompts, read_prompt_file, select_rows
 from specd.worker.engine import draft_gate
@@ -100,14 +101,9 @@ def price(path: str) -> None:
             stretches.append([])
         stretches[-1].append(r)
     for k, s in enumerate(stretches):
-        excess = 0.0
-        for i, r in enumerate(s):
-            if not r["drafted"]:
-                continue
-            plain = sorted((j for j, x in enumerate(s) if not x["drafted"] and x["n"] == r["n"]),
-                           key=lambda j: abs(j - i))[:8]
-            if plain:
-                excess += r["s"] - per_token([s[j] for j in plain]) * r["unit"] * r["committed"]
+        # the trace holds only measured rounds: no prefill chunk in any of them
+        ledger = drafting_ledger([Round(r["n"], r["drafted"], r["s"], r["committed"], True)
+                                  for r in s])
         before_only, around = [], []
         for i, r in enumerate(s):
             if r["drafted"] or not r["probe"]:
@@ -119,7 +115,7 @@ def price(path: str) -> None:
                 around.append(per_token([r]) / per_token(before[-2:] + after))
         print(json.dumps({"stretch": k, "rounds": len(s),
                           "drafting_rounds": sum(r["drafted"] for r in s),
-                          "ledger_share": excess / sum(r["s"] for r in s),
+                          "ledger_share": ledger.excess_share(),
                           "plain_probes_vs_drafting_before": [len(before_only),
                                                               geomean(before_only)],
                           "plain_probes_vs_drafting_around": [len(around), geomean(around)]}))
