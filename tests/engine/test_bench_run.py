@@ -44,9 +44,9 @@ def test_groups_run_interleaved_and_match_plain(target, chat_prompt_ids, same_or
     ledgers = {name: results[name][1].ledger for name in ("plain", "semi-ar-scheduled")}
     assert ledgers["plain"].drafted == 0 and ledgers["plain"].seconds > 0
     assert ledgers["semi-ar-scheduled"].drafted > 0, ledgers
-    for name in names:  # one at a time: all after the first token; at 2 the third drains
-        assert results[name][1].full_tokens == [29], name
-        assert 0 < results[name][2].full_tokens[0] < 29, name
+    for name in names:  # one at a time: all but each prefill's token; at 2 the third drains
+        assert results[name][1].full_tokens == [27], (name, results[name][1].full_tokens)
+        assert 0 < results[name][2].full_tokens[0] < 27, name
 
 
 def test_min_seconds_repeats_passes_and_reports_the_median(target, chat_prompt_ids, monkeypatch):
@@ -188,37 +188,24 @@ def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_
     assert doc["plain"]["drafted_why"] == doc["plain"]["not_drafted_why"] == {}
 
 
-def test_full_batch_counts_tokens_until_the_batch_can_no_longer_be_refilled(monkeypatch):
-    """A fake engine on a logical clock (one tick per streamed token): at C=2 both requests
-    have their first token at tick 2, and the 2-token one ends at tick 4 with nothing left to
-    start, so the full batch decoded 2 tokens over 2 ticks; the 4-token request's last 2
-    tokens stream in the drain."""
-    import asyncio
-    from types import SimpleNamespace
-
+def test_full_batch_counts_only_rounds_with_every_slot_decoding():
+    """At C=2, a speculative group's rows end rounds apart and a newcomer is admitted while
+    the other row decodes: that round (one row, a prefill chunk) and the drain (one row) are
+    left out, as the first wave's prefill is; the full rounds' tokens over their wall time."""
     from specd.worker.bench import engine_bench
+    from specd.worker.bench.drafting_ledger import Round
 
-    clock = [0.0]
-    monkeypatch.setattr(engine_bench.time, "perf_counter", lambda: clock[0])
-
-    class Ticking:
-        async def submit(self, request):
-            for _ in range(request.params.max_tokens):
-                await asyncio.sleep(0)  # let the other request stream between our tokens
-                clock[0] += 1
-                yield SimpleNamespace(token_ids=[7], spec=None)
-
-    lengths = iter([4, 2])
-    monkeypatch.setattr(engine_bench, "request_params",
-                        lambda group, max_tokens, index, spread=0.0:
-                        SimpleNamespace(max_tokens=next(lengths)))
-    prompts = [BenchPrompt([1, 2], "chat", "a"), BenchPrompt([3], "chat", "b")]
-    bar = SimpleNamespace(update=lambda n: None)
-    driven = asyncio.run(engine_bench._drive(Ticking(), prompts, 2, 4, bar))
-    assert [len(out[0]) for out in driven.outputs] == [4, 2]
-    assert (driven.seconds, driven.full_tokens, driven.full_seconds) == (6.0, 2, 2.0)
-    cell = engine_bench.Cell([o[0] for o in driven.outputs], driven.seconds, driven.rates,
-                             full_tokens=[driven.full_tokens], full_seconds=[driven.full_seconds])
+    rounds = [Round(0, False, 0.5, 2, False),  # the first wave's prefill
+              Round(2, True, 1.0, 5, True),
+              Round(2, True, 1.0, 3, True),  # a row ends here
+              Round(1, False, 0.75, 1, False),  # the newcomer's prefill beside the other row
+              Round(2, False, 0.5, 2, True),
+              Round(1, True, 0.5, 3, True)]  # the drain
+    walls = [0.6, 1.1, 1.2, 0.8, 0.7, 0.5]  # round time plus what ran between rounds
+    assert engine_bench.full_batch(rounds, walls, 2) == (10, pytest.approx(3.0))
+    # at C=1 every one-row decoding round is full; one with a prefill chunk beside it is not
+    assert engine_bench.full_batch(rounds, walls, 1) == (3, 0.5)
+    cell = engine_bench.Cell([[7] * 6], 6.0, [1.0], full_tokens=[2], full_seconds=[2.0])
     cell.add_slice(engine_bench.Cell([[7] * 3], 2.0, [1.5], full_tokens=[3], full_seconds=[2.0]))
     summary = cell.summary()
     assert summary["tokens_per_s"] == 9 / 8 and summary["full_batch_tokens_per_s"] == 5 / 4

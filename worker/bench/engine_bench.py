@@ -18,11 +18,13 @@ A slice ends in a drain: once no prompt is left to start, the batch shrinks as r
 Plain decoding's rows emit one token a round and end together; a speculative group's rows
 commit a varying number a round and end rounds apart, so its last rounds run with a few rows
 and the slice's tokens/s understates what it does with C users kept busy. Each cell therefore
-also reports ``full_batch_tokens_per_s``: the tokens streamed once the first wave's C requests
-have all had their first token, until the first request ends with no prompt left to take its
-place, over that time: the decode rate of a server whose batch stays full under C users (the
-first wave's prefill is left out, as it would weigh on a group whose first request ends early;
-later waves' prefills stay in; at C=1 it is the whole slice after the first token).
+also reports ``full_batch_tokens_per_s`` (``full_batch``): the tokens of the engine's rounds
+with all C slots decoding and no prompt prefilling, over those rounds' wall time (each from
+the end of the round before): the decode rate of a server whose batch stays full under C
+users. Every group's admissions are left out alike (each group prefills the same prompts
+once; until 2026-12-08 the rate was taken over a window of the client's events that held a
+speculative group's refills but not plain's, docs/bench/RESULTS.md); at C=1 it is every
+decoding round.
 """
 
 from __future__ import annotations
@@ -245,56 +247,43 @@ async def _drive(engine: Any, prompts: Sequence[BenchPrompt], concurrency: int,
     outputs: list[Any] = [None] * len(prompts)
     rates: list[float] = [0.0] * len(prompts)
     gate = asyncio.Semaphore(concurrency)
-    streamed: list[tuple[float, int]] = []  # (when, tokens) of every event
-    not_started = len(prompts)
-    first_wave = min(concurrency, len(prompts))
-    full_from: float | None = None  # the first wave's last first token: the batch decodes
-    full_until: float | None = None  # the first end with no prompt left to take its place
 
     async def one(i: int, prompt: BenchPrompt) -> None:
-        nonlocal not_started, first_wave, full_from, full_until
         async with gate:
-            not_started -= 1
             params = request_params(group, max_tokens, first + i, spread)
             request = GenerationRequest(list(prompt.token_ids), params, prompt.task_group)
             began = time.perf_counter()
             tokens: list[int] = []
             last = None
             async for event in engine.submit(request):
-                now = time.perf_counter()
-                if not tokens and event.token_ids and full_from is None:
-                    first_wave -= 1
-                    if first_wave == 0:
-                        full_from = now
                 tokens.extend(event.token_ids)
-                streamed.append((now, len(event.token_ids)))
                 last = event
-            ended = time.perf_counter()
             outputs[i] = (tokens, last.spec if last else None)
-            rates[i] = len(tokens) / (ended - began)
-            if not_started == 0 and full_until is None:
-                full_until = ended
+            rates[i] = len(tokens) / (time.perf_counter() - began)
             bar.update(1)
 
     start = time.perf_counter()
     await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
-    seconds = time.perf_counter() - start
-    since = full_from if full_from is not None else start
-    until = full_until if full_until is not None else start + seconds
-    return Driven(outputs, seconds, rates, sum(n for t, n in streamed if since < t <= until),
-                  max(0.0, until - since))
+    return Driven(outputs, time.perf_counter() - start, rates)
 
 
 @dataclass
 class Driven:
     """One slice of prompts driven through an engine: each request's (tokens, SpecStats),
-    the slice's seconds, each request's tokens/s, and the tokens and seconds while full."""
+    the slice's seconds, each request's tokens/s."""
 
     outputs: list[Any]
     seconds: float
     rates: list[float]
-    full_tokens: int
-    full_seconds: float
+
+
+def full_batch(rounds: Sequence[Round], walls: Sequence[float],
+               concurrency: int) -> tuple[int, float]:
+    """The tokens and wall seconds of the ``rounds`` (each with its wall time in ``walls``)
+    that ran all ``concurrency`` slots decoding with no prompt prefilling."""
+    full = [(r.committed, w) for r, w in zip(rounds, walls, strict=True)
+            if r.rows == concurrency and r.clean]
+    return sum(t for t, _ in full), sum(w for _, w in full)
 
 
 MAX_PASSES = 5
@@ -410,25 +399,34 @@ async def _run_cell(engine: Any, registry: Any, name: str, prompts: Sequence[Ben
     before = _phase_seconds(registry)
     bar = tqdm(total=len(prompts), desc=f"{name} c={concurrency}", leave=False, unit="req")
     rounds: list[Round] = []
+    walls: list[float] = []  # each round's wall time, from the end of the round before
+    ended = [time.perf_counter()]
 
     def listen(st: Any) -> None:  # a RoundStats, on the engine's thread
+        now = time.perf_counter()
         rounds.append(Round(st.rows, st.kind == "speculative", st.seconds, st.emitted,
                             st.prefill_tokens == 0))
+        walls.append(now - ended[0])
+        ended[0] = now
 
     engine.core.round_listeners.append(listen)
     try:
         with RssSampler() as rss:
             driven = await _drive(engine, prompts, concurrency, max_tokens, bar, group, first,
                                   spread)
+        # a round's requests hear of their end before the round's listeners run: stop the
+        # round thread so the slice's last round is in ``rounds`` and the phase counters
+        await engine.stop()
     finally:
         engine.core.round_listeners.remove(listen)
     bar.close()
+    full_tokens, full_seconds = full_batch(rounds, walls, concurrency)
     after = _phase_seconds(registry)
     cell = Cell([r[0] for r in driven.outputs], driven.seconds, driven.rates,
                 peak_rss_mb=rss.peak_mb,
                 phase_seconds={p: after[p] - before.get(p, 0.0) for p in after},
                 memory=engine.memory_bytes(), costs=engine.costs,
-                full_tokens=[driven.full_tokens], full_seconds=[driven.full_seconds],
+                full_tokens=[full_tokens], full_seconds=[full_seconds],
                 ledger=drafting_ledger(rounds))
     for _, spec in driven.outputs:
         if spec is not None:
