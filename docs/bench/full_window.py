@@ -23,13 +23,9 @@ from collections import Counter
 from itertools import pairwise
 from typing import Any
 
-import torch
+from bench_cells import run_cells
 
 from specd.worker.bench import engine_bench as bench
-from specd.worker.bench.groups import parse_groups
-from specd.worker.bench.prompts import encode_prompts, read_prompt_file, select_rows
-from specd.worker.engine.threads import serial_main_thread
-from specd.worker.model import load_model
 
 slices: list[dict[str, Any]] = []
 drive = bench._drive
@@ -103,22 +99,14 @@ def main(dtype: str, concurrency: int, limit: int, passes: int, out: str,
          groups: str = "semi-ar-scheduled") -> None:
     bench._drive = logged_drive
     names: list[str] = []
-    rows, _ = select_rows(read_prompt_file("worker/bench/prompts.jsonl"), limit, 0)
-    torch.manual_seed(0)
-    threads = serial_main_thread()
-    loaded = load_model("smollm2-135m", "cpu", dtype)
-    prompts = encode_prompts(rows, loaded.tokenizer)
-    results = bench.run_engine_groups(loaded, parse_groups(groups), prompts, [concurrency], 128,
-                                      3, engine_options={"threads": threads,
-                                                         "cost_profile": "measure"},
-                                      passes=passes,
-                                      on_cell=lambda name, _: names.append(name))
+    cells = run_cells(dtype, concurrency, limit, passes, groups,
+                      on_cell=lambda name, _: names.append(name))
     for name, sl in zip(names, slices, strict=True):
         sl["group"] = name
-    summary = {g: {"bench": cells[concurrency].summary()["full_batch_tokens_per_s"],
+    summary = {g: {"bench": cell.summary()["full_batch_tokens_per_s"],
                    **{key: statistics.median(sl[key] for sl in slices if sl["group"] == g)
                       for key in ("window_rate", "full_round_rate")}}
-               for g, cells in results.items()}
+               for g, cell in cells.items()}
     with open(out, "w") as f:
         json.dump({"full_batch_tokens_per_s": summary, "slices": slices}, f, indent=1)
     for sl in slices:

@@ -24,15 +24,10 @@ import sys
 import time
 from typing import Any
 
-import torch
+from bench_cells import run_cells
 
-from specd.worker.bench import engine_bench as bench
 from specd.worker.bench.drafting_ledger import Round, drafting_ledger
-from specd.worker.bench.groups import parse_groups
-from specd.worker.bench.prompts import encode_prompts, read_prompt_file, select_rows
 from specd.worker.engine import draft_gate
-from specd.worker.engine.threads import serial_main_thread
-from specd.worker.model import load_model
 
 trace: list[dict[str, Any]] = []
 
@@ -60,17 +55,8 @@ def traced(gate_class: Any) -> None:
 def run(dtype: str, concurrency: int, limit: int, passes: int, out: str,
         groups: str = "semi-ar-scheduled") -> None:
     traced(draft_gate.DraftGate)
-    rows, _ = select_rows(read_prompt_file("worker/bench/prompts.jsonl"), limit, 0)
-    torch.manual_seed(0)
-    threads = serial_main_thread()
-    loaded = load_model("smollm2-135m", "cpu", dtype)
-    prompts = encode_prompts(rows, loaded.tokenizer)
-    results = bench.run_engine_groups(loaded, parse_groups(groups), prompts, [concurrency], 128,
-                                      3, engine_options={"threads": threads,
-                                                         "cost_profile": "measure"},
-                                      passes=passes)
-    full = {g: cells[concurrency].summary()["full_batch_tokens_per_s"]
-            for g, cells in results.items()}
+    cells = run_cells(dtype, concurrency, limit, passes, groups)
+    full = {g: cell.summary()["full_batch_tokens_per_s"] for g, cell in cells.items()}
     with open(out, "w") as f:
         json.dump({"full_batch_tokens_per_s": full, "trace": trace}, f)
     print(json.dumps(full, indent=1))
