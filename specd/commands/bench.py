@@ -72,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rounds.add_argument("--open-gate", action="store_true",
                         help="also run each scheduled group with its draft gate held open "
                              "(every round drafts: the engine before issue 26's fix)")
+    rounds.add_argument("--lockstep", action="store_true",
+                        help="in each pass the groups take one round each in turn instead of a "
+                             "whole pass each: the rounds compared run a fraction of a second "
+                             "apart (a noisy machine's slow spells fall on every group alike)")
     rounds.add_argument("--device", default="auto")
     rounds.add_argument("--dtype", default="auto")
     rounds.add_argument("--json", dest="json_out", default=None, help="write results here")
@@ -213,7 +217,7 @@ def run_rounds(args: argparse.Namespace) -> int:
     loaded = load_model(args.model, args.device, args.dtype)
     prompts = encode_prompts(rows, loaded.tokenizer)
     results = round_breakdown.run(loaded, groups, prompts, args.concurrency, args.max_tokens,
-                                  args.k, args.passes)
+                                  args.k, args.passes, lockstep=args.lockstep)
     doc = round_breakdown.summarise(results, args.concurrency)
     print(round_breakdown.format_table(doc))
     for name, d in doc.items():
@@ -228,7 +232,8 @@ def run_rounds(args: argparse.Namespace) -> int:
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
                 "passes": args.passes, "slice_order": "balanced",
-                "open_gate": args.open_gate, "prompts": len(prompts),
+                "open_gate": args.open_gate, "lockstep": args.lockstep,
+                "prompts": len(prompts),
                 "prompt_file": str(prompt_file), "prompts_chosen": chosen,
                 "dtype": str(loaded.dtype), "device": str(loaded.device)}
         with open(args.json_out, "w") as f:

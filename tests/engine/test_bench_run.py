@@ -161,6 +161,38 @@ def test_sampling_variants_compare_coupled_with_standard(target, chat_prompt_ids
     assert "semi-ar-fixed t1.0 c=1: tau standard" in format_table(doc)
 
 
+def test_the_round_breakdown_in_lockstep_takes_a_round_of_each_group_in_turn(
+        target, chat_prompt_ids, monkeypatch):
+    from specd.worker.bench import round_breakdown
+    from specd.worker.engine.core import EngineCore
+
+    stepped: list[int] = []  # the engine (its core's id) of every step, in order
+    step = EngineCore.step
+
+    def logged(self: EngineCore) -> bool:
+        stepped.append(id(self))
+        return step(self)
+
+    monkeypatch.setattr(EngineCore, "step", logged)
+    prompts = [BenchPrompt(chat_prompt_ids(q), "chat", q)
+               for q in ("Name two fruits.", "Count to five.")]
+    out = round_breakdown.run(target, parse_groups("ngram"), prompts, concurrency=2,
+                              max_tokens=8, k=3, passes=1, lockstep=True,
+                              engine_options={"cost_profile": "none"})
+    cores = list(dict.fromkeys(stepped))
+    assert len(cores) == 2
+    # until the first to finish went idle, each turn stepped both engines, in the order of
+    # the turn: AB, BA, AB, ... (two groups' balanced order)
+    turns = [stepped[i:i + 2] for i in range(0, 2 * min(len(r.rounds) for r in out.values()), 2)]
+    assert len(turns) >= 4
+    assert turns[::2] == [cores] * len(turns[::2]), stepped
+    assert turns[1::2] == [cores[::-1]] * len(turns[1::2]), stepped
+    for rec in out.values():  # every round of each group kept, its time its rounds' alone
+        assert rec.tokens == 16 and rec.rounds and rec.seconds > 0
+    doc = round_breakdown.summarise(out, concurrency=2)
+    assert doc["plain"]["vs_plain"] == 1.0 and doc["ngram"]["tokens_per_round"] >= 1.0
+
+
 def test_the_round_breakdown_can_hold_a_scheduled_groups_gate_open(target, chat_prompt_ids):
     from specd.worker.bench import round_breakdown
 

@@ -81,10 +81,14 @@ class _GateLog:
 
 
 def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], concurrency: int,
-        max_tokens: int, k: int, passes: int, engine_options: dict[str, Any] | None = None
-        ) -> dict[str, GroupRounds]:
+        max_tokens: int, k: int, passes: int, engine_options: dict[str, Any] | None = None,
+        lockstep: bool = False) -> dict[str, GroupRounds]:
     """Every group over ``prompts`` at ``concurrency``, ``passes`` times, on this thread (a
-    group named ``...+open-gate``: its draft gate held open)."""
+    group named ``...+open-gate``: its draft gate held open). A group's seconds are its
+    rounds' (``step``) time. ``lockstep``: in each pass the groups' engines take one round
+    each in turn (the order turning round by round) instead of a whole pass each, so
+    the rounds compared ran a fraction of a second apart and a slow spell of the machine
+    falls on every group alike."""
     from specd.worker.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 
     max_prompt = max(len(p.token_ids) for p in prompts)
@@ -100,22 +104,39 @@ def run(loaded: Any, groups: Sequence[Group], prompts: Sequence[BenchPrompt], co
         engines[g.name] = engine
     out = {g.name: GroupRounds(g.name) for g in groups}
     logs = {name: _GateLog(engine.core) for name, engine in engines.items()}
+
+    def step(name: str) -> bool:
+        """One round of ``name``'s engine, kept with why its gate chose; False when idle."""
+        core, rec, log = engines[name].core, out[name], logs[name]
+        log.why = ""
+        began = time.perf_counter()
+        worked = core.step()
+        rec.seconds += time.perf_counter() - began
+        if worked:
+            rec.rounds.append(core.last_round)
+            rec.gate.append(log.why)
+        return worked
+
     for turn in range(passes):
-        for g in in_turn(groups, turn):
-            core, rec, log = engines[g.name].core, out[g.name], logs[g.name]
+        order = [g.name for g in in_turn(groups, turn)]
+        for name in order:
+            core = engines[name].core
             for p in prompts:
                 core.add(GenerationRequest(list(p.token_ids),
                                            SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                                            p.task_group), lambda _event: None)
-            began = time.perf_counter()
-            while True:
-                log.why = ""
-                if not core.step():
-                    break
-                rec.rounds.append(core.last_round)
-                rec.gate.append(log.why)
-            rec.seconds += time.perf_counter() - began
-            rec.tokens += len(prompts) * max_tokens
+            out[name].tokens += len(prompts) * max_tokens
+        if lockstep:
+            running, turns = order, 0
+            while running:
+                # a round of each, in the balanced order of the round's turn
+                idle = [n for n in in_turn(running, turns) if not step(n)]
+                running = [n for n in running if n not in idle]
+                turns += 1
+        else:
+            for name in order:
+                while step(name):
+                    pass
     return out
 
 
