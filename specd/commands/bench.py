@@ -210,7 +210,8 @@ def run_rounds(args: argparse.Namespace) -> int:
         args.passes = len(group_orders(len(groups)))
     if min(args.concurrency, args.max_tokens, args.k, args.passes) < 1:
         raise SpecdError("--concurrency, --max-tokens, --k and --passes must be >= 1")
-    _warn_uneven_order(len(groups), {args.concurrency: args.passes})
+    if not args.lockstep:  # in lockstep the order turns round by round, balanced in a pass
+        _warn_uneven_order(len(groups), {args.concurrency: args.passes})
     prompt_file = args.prompts or HELDOUT_PROMPTS
     rows, chosen = select_rows(read_prompt_file(prompt_file), args.limit, args.sample)
     torch.manual_seed(0)
