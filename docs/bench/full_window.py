@@ -11,7 +11,7 @@ every engine round time-stamped, then reads, per group and slice, the window
 token to the first end once no prompt was left to start): how long it is, its tokens, the
 requests that ended and were admitted inside it, its rounds by row count and kind, and its rate
 beside the rate of the engine's full rounds (all C rows decoding, no prefill: ``full_batch``,
-what the bench reports now). Per group, the median over passes of both
+what the bench reports now). Per group, the median over slices of both
 (docs/bench/RESULTS.md).
 """
 

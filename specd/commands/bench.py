@@ -232,7 +232,8 @@ def run_rounds(args: argparse.Namespace) -> int:
                       + ", ".join(f"{why}: {n}" for why, n in d[key].items()))
     if args.json_out:
         meta = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "k": args.k,
-                "passes": args.passes, "slice_order": "balanced",
+                "passes": args.passes,
+                "slice_order": "lockstep" if args.lockstep else "balanced",
                 "open_gate": args.open_gate, "lockstep": args.lockstep,
                 "prompts": len(prompts),
                 "prompt_file": str(prompt_file), "prompts_chosen": chosen,

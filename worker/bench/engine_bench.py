@@ -24,7 +24,7 @@ the end of the round before): the decode rate of a server whose batch stays full
 users. Every group's admissions are left out alike (each group prefills the same prompts
 once; until 2026-12-08 the rate was taken over a window of the client's events that held a
 speculative group's refills but not plain's, docs/bench/RESULTS.md); at C=1 it is every
-decoding round.
+decoding round, and with fewer prompts than C there is none (no rate).
 """
 
 from __future__ import annotations

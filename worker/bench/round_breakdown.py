@@ -1,7 +1,10 @@
 """``specd bench rounds``: where a round's time goes, per group, side by side in one run.
 
 Each group's engine runs the same prompts at one concurrency, the groups taking turns pass by
-pass (in a balanced order, ``run_order``). Every round's ``RoundStats`` is kept; the report
+pass (in a balanced order, ``run_order``), or with ``lockstep`` round by round: then each
+round follows another engine's round on the same thread (its caches hold that engine's state),
+so its milliseconds compare between the groups of the run, not with a pass-by-pass run's or a
+server's. Every round's ``RoundStats`` is kept; the report
 compares rounds of the same shape: full-batch decode rounds (``concurrency`` decoding rows, no prefill chunk in
 the forward). For each group: the mean milliseconds of each part (gate, draft, schedule,
 forward, accept, commit; they sum to the round), rounds that drafted vs not, drafted tokens
