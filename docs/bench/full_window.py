@@ -26,6 +26,7 @@ from typing import Any
 from bench_cells import run_cells
 
 from specd.worker.bench import engine_bench as bench
+from specd.worker.bench.drafting_ledger import Round
 
 slices: list[dict[str, Any]] = []
 drive = bench._drive
@@ -80,8 +81,10 @@ def window(events: list[tuple[float, int, int, bool]], starts: list[float],
     until = next((t for t in ends if t > starts[-1]), ends[-1])
     tokens = sum(n for t, _, n, _ in events if since < t <= until)
     inside = [r for r in rounds if since < r[0] <= until]
-    full = [(b[4], b[0] - a[0]) for a, b in pairwise(rounds)
-            if b[1] == concurrency and not b[5]]
+    later = rounds[1:]  # each with its wall time from the round before
+    tokens_full, seconds_full = bench.full_batch(
+        [Round(r[1], r[2] == "speculative", r[3], r[4], not r[5]) for r in later],
+        [b[0] - a[0] for a, b in pairwise(rounds)], concurrency)
     return {
         "window_s": until - since, "window_tokens": tokens,
         "window_rate": tokens / (until - since),
@@ -90,8 +93,8 @@ def window(events: list[tuple[float, int, int, bool]], starts: list[float],
                                if rid >= concurrency),
         "rounds_inside": dict(Counter(f"{r[1]}{'p' if r[5] else ''}:{r[2][:4]}"
                                       for r in inside)),
-        "full_rounds": len(full),
-        "full_round_rate": sum(t for t, _ in full) / sum(w for _, w in full),
+        "full_rounds": sum(r[1] == concurrency and not r[5] for r in later),
+        "full_round_rate": tokens_full / seconds_full,
     }
 
 
